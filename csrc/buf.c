@@ -1,0 +1,246 @@
+/* buf.c - reader/writer primitives (see buf.h). */
+#include "buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void kf_err_set(kf_err *e, int code, const char *fmt, ...) {
+  va_list ap;
+  if (!e || e->code) return; /* keep the first (innermost) error */
+  e->code = code;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+}
+
+const char *kf_err_name(int code) {
+  switch (code) {
+  case KF_OK: return "ok";
+  case KF_EINCOMPLETE: return "incomplete";
+  case KF_ECORRUPT: return "corrupt";
+  case KF_EUNSUPPORTED: return "unsupported";
+  case KF_ENOMEM: return "nomem";
+  case KF_ELIMIT: return "limit";
+  case KF_EVALUE: return "value";
+  default: return "error";
+  }
+}
+
+double kf_r_f64(kf_reader *r) {
+  uint64_t u = (uint64_t)kf_r_i64(r);
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+uint64_t kf_r_uvarlong(kf_reader *r) {
+  uint64_t v = 0;
+  unsigned shift = 0;
+  for (;;) {
+    const uint8_t *p = kf_r_take(r, 1);
+    if (!p) return 0;
+    if (shift == 63 && (p[0] & 0x7e)) break; /* overflows 64 bits */
+    v |= (uint64_t)(p[0] & 0x7f) << shift;
+    if (!(p[0] & 0x80)) return v;
+    shift += 7;
+    if (shift > 63) break;
+  }
+  kf_r_fail(r, KF_ECORRUPT);
+  return 0;
+}
+
+uint32_t kf_r_uvarint(kf_reader *r) {
+  uint32_t v = 0;
+  unsigned shift = 0;
+  for (;;) {
+    const uint8_t *p = kf_r_take(r, 1);
+    if (!p) return 0;
+    if (shift == 28 && (p[0] & 0xf0)) break; /* more than 32 bits */
+    v |= (uint32_t)(p[0] & 0x7f) << shift;
+    if (!(p[0] & 0x80)) return v;
+    shift += 7;
+    if (shift > 28) break;
+  }
+  kf_r_fail(r, KF_ECORRUPT);
+  return 0;
+}
+
+int32_t kf_r_varint(kf_reader *r) {
+  uint32_t u = kf_r_uvarint(r);
+  return (int32_t)((u >> 1) ^ (~(u & 1) + 1));
+}
+
+int64_t kf_r_varlong(kf_reader *r) {
+  uint64_t u = kf_r_uvarlong(r);
+  return (int64_t)((u >> 1) ^ (~(u & 1) + 1));
+}
+
+int kf_r_lenbytes(kf_reader *r, int kind, const uint8_t **p, size_t *n) {
+  int64_t len;
+  switch (kind) {
+  case 16: len = kf_r_i16(r); break;
+  case 32: len = kf_r_i32(r); break;
+  case 'c': len = (int64_t)kf_r_uvarint(r) - 1; break;
+  default: len = kf_r_varint(r); break;
+  }
+  if (r->err) return 0;
+  if (len == -1) {
+    *p = NULL;
+    *n = 0;
+    return 1;
+  }
+  if (len < 0) {
+    kf_r_fail(r, KF_ECORRUPT);
+    return 0;
+  }
+  *p = kf_r_take(r, (size_t)len);
+  *n = (size_t)len;
+  if (!*p) return 0;
+  return 1;
+}
+
+int64_t kf_r_count(kf_reader *r, int kind, size_t min_elem) {
+  int64_t n = kind == 'c' ? (int64_t)kf_r_uvarint(r) - 1 : (int64_t)kf_r_i32(r);
+  if (r->err) return 0;
+  if (n == -1) return -1;
+  if (n < 0) {
+    kf_r_fail(r, KF_ECORRUPT);
+    return 0;
+  }
+  if (min_elem == 0) min_elem = 1;
+  if (!((uint64_t)n <= kf_r_left(r) / min_elem)) {
+    /* Claims more elements than the remaining bytes could hold. */
+    kf_r_fail(r, KF_EINCOMPLETE);
+    return 0;
+  }
+  return n;
+}
+
+void kf_w_init(kf_writer *w) {
+  w->buf = NULL;
+  w->len = w->cap = 0;
+  w->err = KF_OK;
+}
+
+void kf_w_free(kf_writer *w) {
+  free(w->buf);
+  kf_w_init(w);
+}
+
+uint8_t *kf_w_reserve(kf_writer *w, size_t n) {
+  size_t need, cap;
+  uint8_t *nb;
+  if (w->err) return NULL;
+  if (n <= w->cap - w->len) return w->buf + w->len;
+  if (!(n <= SIZE_MAX / 2 - w->len)) {
+    w->err = KF_ENOMEM;
+    return NULL;
+  }
+  need = w->len + n;
+  cap = w->cap ? w->cap : 256;
+  while (cap < need) cap *= 2;
+  nb = (uint8_t *)realloc(w->buf, cap);
+  if (!nb) {
+    w->err = KF_ENOMEM;
+    return NULL;
+  }
+  w->buf = nb;
+  w->cap = cap;
+  return w->buf + w->len;
+}
+
+void kf_w_f64(kf_writer *w, double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  kf_w_i64(w, (int64_t)u);
+}
+
+void kf_w_uvarlong(kf_writer *w, uint64_t v) {
+  uint8_t tmp[10];
+  size_t n = 0;
+  while (v >= 0x80) {
+    tmp[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  tmp[n++] = (uint8_t)v;
+  kf_w_bytes(w, tmp, n);
+}
+
+void kf_w_uvarint(kf_writer *w, uint32_t v) {
+  if (v < 0x80) {
+    uint8_t *p = kf_w_extend(w, 1);
+    if (p) p[0] = (uint8_t)v;
+    return;
+  }
+  kf_w_uvarlong(w, v);
+}
+
+void kf_w_varint(kf_writer *w, int32_t v) {
+  kf_w_uvarint(w, ((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
+}
+
+void kf_w_varlong(kf_writer *w, int64_t v) {
+  kf_w_uvarlong(w, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+size_t kf_uvarint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+size_t kf_varlong_size(int64_t v) {
+  return kf_uvarint_size(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n) {
+  if (w->err) return;
+  switch (kind) {
+  case 16:
+    if (!p) { kf_w_i16(w, -1); return; }
+    if (n > 32767) { w->err = KF_EVALUE; return; }
+    kf_w_i16(w, (int16_t)n);
+    break;
+  case 32:
+    if (!p) { kf_w_i32(w, -1); return; }
+    if (n > INT32_MAX) { w->err = KF_EVALUE; return; }
+    kf_w_i32(w, (int32_t)n);
+    break;
+  case 'c':
+    if (!p) { kf_w_uvarint(w, 0); return; }
+    if (n >= INT32_MAX) { w->err = KF_EVALUE; return; }
+    kf_w_uvarint(w, (uint32_t)n + 1);
+    break;
+  default:
+    if (!p) { kf_w_varint(w, -1); return; }
+    if (n > INT32_MAX) { w->err = KF_EVALUE; return; }
+    kf_w_varint(w, (int32_t)n);
+    break;
+  }
+  kf_w_bytes(w, p, n);
+}
+
+void kf_w_count(kf_writer *w, int kind, size_t n, int is_null) {
+  if (kind == 'c') {
+    if (is_null) kf_w_uvarint(w, 0);
+    else if (n >= INT32_MAX) w->err = w->err ? w->err : KF_EVALUE;
+    else kf_w_uvarint(w, (uint32_t)n + 1);
+  } else {
+    if (is_null) kf_w_i32(w, -1);
+    else if (n > INT32_MAX) w->err = w->err ? w->err : KF_EVALUE;
+    else kf_w_i32(w, (int32_t)n);
+  }
+}
+
+void kf_w_insert(kf_writer *w, size_t at, const void *src, size_t n) {
+  size_t tail;
+  if (w->err || !kf_w_reserve(w, n)) return;
+  tail = w->len - at;
+  memmove(w->buf + at + n, w->buf + at, tail);
+  memcpy(w->buf + at, src, n);
+  w->len += n;
+}

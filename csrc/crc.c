@@ -1,0 +1,91 @@
+/* crc.c - CRC-32 through zlib; CRC-32C with SSE4.2 or slicing-by-8 tables. */
+#include "crc.h"
+
+#include <string.h>
+#include <zlib.h>
+
+uint32_t kf_crc32(uint32_t crc, const void *p, size_t n) {
+  const Bytef *b = (const Bytef *)p;
+  /* zlib takes uInt lengths: feed huge buffers in pieces. */
+  while (n > 0x40000000u) {
+    crc = (uint32_t)crc32(crc, b, 0x40000000u);
+    b += 0x40000000u;
+    n -= 0x40000000u;
+  }
+  return (uint32_t)crc32(crc, b, (uInt)n);
+}
+
+static uint32_t crc32c_table[8][256];
+static int crc32c_ready;
+
+static void crc32c_init(void) {
+  uint32_t i, j, c;
+  for (i = 0; i < 256; i++) {
+    c = i;
+    for (j = 0; j < 8; j++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+    crc32c_table[0][i] = c;
+  }
+  for (i = 0; i < 256; i++) {
+    c = crc32c_table[0][i];
+    for (j = 1; j < 8; j++) {
+      c = crc32c_table[0][c & 0xff] ^ (c >> 8);
+      crc32c_table[j][i] = c;
+    }
+  }
+  crc32c_ready = 1;
+}
+
+uint32_t kf_crc32c_sw(uint32_t crc, const void *p, size_t n) {
+  const uint8_t *b = (const uint8_t *)p;
+  uint32_t c = ~crc;
+  if (!crc32c_ready) crc32c_init(); /* idempotent: a race writes equal values */
+  while (n >= 8) {
+    uint32_t lo = c ^ ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                       (uint32_t)b[3] << 24);
+    uint32_t hi = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 |
+                  (uint32_t)b[7] << 24;
+    c = crc32c_table[7][lo & 0xff] ^ crc32c_table[6][(lo >> 8) & 0xff] ^
+        crc32c_table[5][(lo >> 16) & 0xff] ^ crc32c_table[4][lo >> 24] ^
+        crc32c_table[3][hi & 0xff] ^ crc32c_table[2][(hi >> 8) & 0xff] ^
+        crc32c_table[1][(hi >> 16) & 0xff] ^ crc32c_table[0][hi >> 24];
+    b += 8;
+    n -= 8;
+  }
+  while (n--) c = crc32c_table[0][(c ^ *b++) & 0xff] ^ (c >> 8);
+  return ~c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void *p,
+                                                               size_t n) {
+  const uint8_t *b = (const uint8_t *)p;
+  uint64_t c = ~crc;
+  while (n >= 8) {
+    uint64_t v;
+    memcpy(&v, b, 8);
+    c = __builtin_ia32_crc32di(c, v);
+    b += 8;
+    n -= 8;
+  }
+  while (n--) c = __builtin_ia32_crc32qi((uint32_t)c, *b++);
+  return ~(uint32_t)c;
+}
+
+int kf_crc32c_has_hw(void) {
+  static int has = -1;
+  if (has < 0) {
+    __builtin_cpu_init();
+    has = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+  }
+  return has;
+}
+
+uint32_t kf_crc32c_hw(uint32_t crc, const void *p, size_t n) {
+  return kf_crc32c_has_hw() ? crc32c_sse42(crc, p, n) : kf_crc32c_sw(crc, p, n);
+}
+#else
+int kf_crc32c_has_hw(void) { return 0; }
+uint32_t kf_crc32c_hw(uint32_t crc, const void *p, size_t n) { return kf_crc32c_sw(crc, p, n); }
+#endif
+
+uint32_t kf_crc32c(uint32_t crc, const void *p, size_t n) { return kf_crc32c_hw(crc, p, n); }

@@ -1,0 +1,116 @@
+/*
+ * schema.h - the data-driven protocol interpreter.
+ *
+ * Field tables (csrc/apis.c, generated from Kafka's JSON definitions) say
+ * for every field its name, wire type, the versions it exists in, when it
+ * is nullable and when it is tagged. One walker encodes and one decodes any
+ * (api, version); flexible versions switch to compact lengths and add
+ * tagged-field sections. The walkers never see Lua: they talk to a small
+ * visitor that the glue (lua_kafka.c) implements, so the tables can be
+ * tested and fuzzed in C alone.
+ */
+#ifndef KF_SCHEMA_H
+#define KF_SCHEMA_H
+
+#include "buf.h"
+
+enum {
+  KF_T_BOOL, KF_T_INT8, KF_T_INT16, KF_T_UINT16, KF_T_INT32, KF_T_UINT32, KF_T_INT64,
+  KF_T_FLOAT64, KF_T_UUID, KF_T_STRING, KF_T_BYTES, KF_T_RECORDS, KF_T_STRUCT
+};
+
+struct kf_struct;
+
+typedef struct kf_field {
+  const char *name; /* Kafka's name in snake_case */
+  uint8_t type;
+  uint8_t is_array;
+  int16_t vmin, vmax; /* versions the field exists in */
+  int16_t nmin, nmax; /* versions it is nullable in (nmin > nmax: never) */
+  int16_t tmin, tmax; /* versions it is a tagged field in */
+  int32_t tag;
+  const struct kf_struct *child; /* KF_T_STRUCT */
+  int64_t def_int;               /* default of integer and bool fields */
+  double def_num;                /* default of float64 fields */
+  const char *def_str;           /* default of string fields (NULL: "") */
+  uint8_t def_null;              /* the default is null */
+} kf_field;
+
+typedef struct kf_struct {
+  const char *name;
+  uint16_t nfields;
+  uint16_t ntagged; /* the last ntagged fields are tagged, sorted by tag */
+  const kf_field *fields;
+} kf_struct;
+
+typedef struct kf_api {
+  int16_t key;
+  const char *name;  /* "Produce" */
+  const char *snake; /* "produce" */
+  int16_t min, max;
+  int16_t req_flex, resp_flex; /* first flexible version (0x7fff: never) */
+  const kf_struct *req, *resp;
+} kf_api;
+
+extern const kf_api kf_apis[];
+extern const size_t kf_napis;
+
+const kf_api *kf_api_by_key(int key);
+const kf_api *kf_api_by_name(const char *name);
+/* Request header version (0, 1 or 2) and response header version (0 or 1). */
+int kf_req_header_version(const kf_api *a, int version);
+int kf_resp_header_version(const kf_api *a, int version);
+
+static inline int kf_in(int v, int lo, int hi) { return lo <= v && v <= hi; }
+
+/*
+ * Encoding reads values through kf_enc_ops. Each getter looks a field up in
+ * the current struct (f != NULL) or takes the current array element
+ * (f == NULL). Return KF_V_OK, KF_V_NIL (absent or null) or KF_V_BAD (wrong
+ * type; the glue raises instead of returning it when it can).
+ */
+enum { KF_V_OK = 0, KF_V_NIL = 1, KF_V_BAD = 2 };
+
+typedef struct kf_enc_ops {
+  int (*get_int)(void *u, const kf_field *f, int64_t *v);
+  int (*get_num)(void *u, const kf_field *f, double *v);
+  int (*get_bool)(void *u, const kf_field *f, int *v);
+  int (*get_bytes)(void *u, const kf_field *f, const uint8_t **p, size_t *n);
+  /* Makes the struct/array value current; *n gets the array length. */
+  int (*enter)(void *u, const kf_field *f, size_t *n);
+  /* Makes element i (0-based) of the current array current. */
+  int (*enter_elem)(void *u, size_t i);
+  void (*leave)(void *u);
+  /* Whether a field has a non-nil value (tagged fields are written only then). */
+  int (*has)(void *u, const kf_field *f);
+  /* Appends a records value (string or message table) as length-prefixed
+   * bytes: kind 32 (int32) or 'c' (compact). */
+  int (*records)(void *u, const kf_field *f, kf_writer *w, int kind, int nullable, kf_err *e);
+} kf_enc_ops;
+
+/*
+ * Decoding reports through kf_dec_ops. f is the field; for array elements
+ * f is NULL and idx is the 0-based element index.
+ */
+typedef struct kf_dec_ops {
+  void (*set_int)(void *u, const kf_field *f, size_t idx, int64_t v);
+  void (*set_num)(void *u, const kf_field *f, size_t idx, double v);
+  void (*set_bool)(void *u, const kf_field *f, size_t idx, int v);
+  void (*set_bytes)(void *u, const kf_field *f, size_t idx, const uint8_t *p, size_t n);
+  void (*set_nil)(void *u, const kf_field *f, size_t idx);
+  void (*begin)(void *u, const kf_field *f, size_t idx, size_t n); /* struct or array */
+  void (*end)(void *u, const kf_field *f, size_t idx);
+  /* A records field: p == NULL is null. Returns 0 or -1 with e set. */
+  int (*records)(void *u, const kf_field *f, const uint8_t *p, size_t n, size_t at, kf_err *e);
+} kf_dec_ops;
+
+/* Encodes the body of s at version v (flexible: compact forms + tags). */
+int kf_schema_encode(const kf_struct *s, int version, int flexible, const kf_enc_ops *ops,
+                     void *u, kf_writer *w, kf_err *e);
+/* Decodes a body. The reader's offsets are reported in errors, so pass a
+ * reader over the whole frame positioned at the body. Trailing bytes after
+ * the body are an error. */
+int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
+                     void *u, kf_reader *r, kf_err *e);
+
+#endif
