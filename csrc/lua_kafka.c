@@ -1141,7 +1141,62 @@ static int l_decompress(lua_State *L) {
   return 1;
 }
 
+static const char *const type_str[] = {"bool", "int8", "int16", "uint16", "int32", "uint32",
+                                       "int64", "float64", "uuid", "string", "bytes", "records",
+                                       "struct"};
+
+/* Pushes the field table of s as Lua data (for tests and tools). */
+static void push_struct(lua_State *L, const kf_struct *s, int depth) {
+  uint16_t i;
+  luaL_checkstack(L, 6, "schema");
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, s->name);
+  lua_setfield(L, -2, "name");
+  lua_createtable(L, s->nfields, 0);
+  for (i = 0; i < s->nfields; i++) {
+    const kf_field *f = &s->fields[i];
+    lua_createtable(L, 0, 12);
+    lua_pushstring(L, f->name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, type_str[f->type]);
+    lua_setfield(L, -2, "type");
+    lua_pushboolean(L, f->is_array);
+    lua_setfield(L, -2, "array");
+    lua_pushinteger(L, f->vmin);
+    lua_setfield(L, -2, "vmin");
+    lua_pushinteger(L, f->vmax);
+    lua_setfield(L, -2, "vmax");
+    lua_pushinteger(L, f->nmin);
+    lua_setfield(L, -2, "nmin");
+    lua_pushinteger(L, f->nmax);
+    lua_setfield(L, -2, "nmax");
+    lua_pushinteger(L, f->tmin);
+    lua_setfield(L, -2, "tmin");
+    lua_pushinteger(L, f->tmax);
+    lua_setfield(L, -2, "tmax");
+    lua_pushinteger(L, f->tag);
+    lua_setfield(L, -2, "tag");
+    if (f->child && depth < 32) {
+      push_struct(L, f->child, depth + 1);
+      lua_setfield(L, -2, "child");
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "fields");
+}
+
+/* schema(api, "request"|"response") -> the field tree the codec walks. */
+static int l_schema(lua_State *L) {
+  const kf_api *a = check_api(L, 1);
+  const char *kind = luaL_checkstring(L, 2);
+  if (strcmp(kind, "request") == 0) push_struct(L, a->req, 0);
+  else if (strcmp(kind, "response") == 0) push_struct(L, a->resp, 0);
+  else return luaL_argerror(L, 2, "expected \"request\" or \"response\"");
+  return 1;
+}
+
 static const luaL_Reg core_funcs[] = {
+  {"schema", l_schema},
   {"encode_request", l_encode_request},
   {"decode_request", l_decode_request},
   {"encode_response", l_encode_response},

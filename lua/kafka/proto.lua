@@ -1,0 +1,41 @@
+-- kafka.proto: the wire codec (C, kafka.core) plus the constants and the
+-- error table. See README.md for the API and the error contract.
+local core = require "kafka.core"
+local errors = require "kafka.errors"
+
+local _M = {
+  encode_request = core.encode_request,
+  decode_request = core.decode_request,
+  encode_response = core.encode_response,
+  decode_response = core.decode_response,
+  frame_length = core.frame_length,
+  encode_records = core.encode_records,
+  decode_records = core.decode_records,
+  batch = core.batch,
+  api_key = core.api_key,
+  api_name = core.api_name,
+  versions = core.versions,
+  apis = core.apis,
+  schema = core.schema,
+  crc32 = core.crc32,
+  crc32c = core.crc32c,
+  compress = core.compress,
+  decompress = core.decompress,
+
+  errors = errors,
+
+  OFFSET_LATEST = -1,
+  OFFSET_EARLIEST = -2,
+  ACKS_NONE = 0,
+  ACKS_LEADER = 1,
+  ACKS_ALL = -1,
+  COMPRESSION_NONE = 0,
+  COMPRESSION_GZIP = 1,
+  COMPRESSION_SNAPPY = 2,
+  COMPRESSION_LZ4 = 3,
+  COMPRESSION_ZSTD = 4,
+  compression = { none = 0, gzip = 1, snappy = 2, lz4 = 3, zstd = 4,
+                  [0] = "none", [1] = "gzip", [2] = "snappy", [3] = "lz4", [4] = "zstd" },
+}
+
+return _M
