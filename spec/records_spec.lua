@@ -1,0 +1,236 @@
+-- Record formats: message sets magic 0/1 and RecordBatch v2, every codec.
+local proto = require "kafka.proto"
+local H = require "support.helpers"
+
+local codecs = { "none", "gzip", "snappy", "lz4", "zstd" }
+
+local function sample(n, with_headers)
+  local t = {}
+  for i = 1, n do
+    t[i] = { key = (i % 3 == 0) and nil or ("key-" .. i), value = ("value %d "):format(i) .. ("x"):rep(i % 50),
+             timestamp = 1700000000000 + i }
+    if with_headers and i % 2 == 0 then t[i].headers = { { key = "h" .. i, value = "v" .. i }, { key = "nil" } } end
+  end
+  return t
+end
+
+local function check_same(want, got, magic)
+  assert.are.equal(#want, #got)
+  for i, m in ipairs(want) do
+    local g = got[i]
+    assert.are.equal(m.key, g.key, "key " .. i)
+    assert.are.equal(m.value, g.value, "value " .. i)
+    assert.are.equal(i - 1, g.offset, "offset " .. i)
+    if magic == 0 then assert.are.equal(-1, g.timestamp) else assert.are.equal(m.timestamp, g.timestamp) end
+    if magic == 2 and m.headers then
+      assert.are.same(m.headers, g.headers)
+    else
+      assert.is_nil(g.headers)
+    end
+  end
+end
+
+describe("records", function()
+  for _, magic in ipairs({ 0, 1, 2 }) do
+    for _, codec in ipairs(codecs) do
+      if not (codec == "zstd" and magic < 2) then
+        it(("magic %d %s round trip"):format(magic, codec), function()
+          local msgs = sample(120, magic == 2)
+          local bytes = assert(proto.encode_records(msgs, { magic = magic, compression = codec }))
+          local got, info = proto.decode_records(bytes)
+          assert(got, info)
+          check_same(msgs, got, magic)
+          assert.is_false(info.partial)
+          assert.is_nil(info.errors)
+          if codec ~= "none" or magic == 2 then
+            assert.are.equal(1, #info.batches)
+            assert.are.equal(codec, info.batches[1].compression)
+            assert.are.equal(magic, info.batches[1].magic)
+          end
+        end)
+      end
+    end
+  end
+
+  it("keeps null and empty keys and values apart", function()
+    for _, magic in ipairs({ 0, 1, 2 }) do
+      local got = proto.decode_records(proto.encode_records({ { key = "", value = nil }, { key = nil, value = "" } },
+        { magic = magic }))
+      assert.are.equal("", got[1].key)
+      assert.is_nil(got[1].value)
+      assert.is_nil(got[2].key)
+      assert.are.equal("", got[2].value)
+    end
+  end)
+
+  it("accepts headers as a map and plain strings as values", function()
+    local got = proto.decode_records(proto.encode_records({ "plain", { value = "v", headers = { a = "1" } } }))
+    assert.are.equal("plain", got[1].value)
+    assert.are.same({ { key = "a", value = "1" } }, got[2].headers)
+  end)
+
+  it("the batch builder writes what encode_records writes", function()
+    for _, codec in ipairs(codecs) do
+      local msgs = sample(50, true)
+      local b = proto.batch { compression = codec }
+      for _, m in ipairs(msgs) do b:append(m.value, m.key, m.headers, m.timestamp) end
+      assert.are.equal(50, #b)
+      assert.is_true(b:bytes_size() > 61)
+      local bytes = b:encode { base_offset = 0 }
+      if codec == "none" or codec == "snappy" or codec == "lz4" or codec == "zstd" then
+        -- deterministic codecs: byte-identical
+        assert.are.equal(H.hex(proto.encode_records(msgs, { compression = codec })), H.hex(bytes))
+      end
+      check_same(msgs, (proto.decode_records(bytes)), 2)
+      b:clear()
+      assert.are.equal(0, #b)
+      assert.are.equal("", b:encode())
+      b:close()
+      b:close() -- idempotent
+      assert.has_error(function() b:append("x") end)
+    end
+  end)
+
+  it("builder misuse raises, with a message naming the argument", function()
+    local b = proto.batch()
+    assert.has_error(function() b:append(42) end, "record value must be a string or nil")
+    assert.has_error(function() b:append("v", {}) end, "record key must be a string or nil")
+    assert.has_error(function() b:append("v", nil, "h") end, "record headers must be a table")
+    assert.has_error(function() proto.batch { compression = "brotli" } end)
+    assert.has_error(function() proto.batch { magic = 1, compression = "zstd" } end)
+    local legacy = proto.batch { magic = 1 }
+    local ok, err = legacy:append("v", nil, { { key = "h", value = "v" } })
+    assert.is_nil(ok)
+    assert.matches("headers need magic 2", err)
+  end)
+
+  it("writes producer id, epoch, sequence, transactional and control flags", function()
+    local bytes = proto.encode_records({ { value = "x", timestamp = 5 } }, { producer_id = 4242, producer_epoch = 7,
+      base_sequence = 99, transactional = true, base_offset = 1000, partition_leader_epoch = 3 })
+    local got, info = proto.decode_records(bytes)
+    local b = info.batches[1]
+    assert.are.equal(4242, b.producer_id)
+    assert.are.equal(7, b.producer_epoch)
+    assert.are.equal(99, b.base_sequence)
+    assert.is_true(b.transactional)
+    assert.is_false(b.control)
+    assert.are.equal(3, b.partition_leader_epoch)
+    assert.are.equal(1000, got[1].offset)
+    local ctl = proto.encode_records({ { key = "\0\0\0\0", value = "\0\0\0\0\0\0" } }, { control = true })
+    local cg, ci = proto.decode_records(ctl)
+    assert.is_true(ci.batches[1].control)
+    assert.is_true(cg[1].control)
+  end)
+
+  it("decodes several batches with mixed magics in one blob", function()
+    local blob = proto.encode_records({ { value = "a" } }, { magic = 0 })
+      .. proto.encode_records({ { value = "b", timestamp = 7 } }, { magic = 1, base_offset = 1, compression = "gzip" })
+      .. proto.encode_records({ { value = "c" }, { value = "d" } }, { base_offset = 2, compression = "lz4" })
+    local got, info = proto.decode_records(blob)
+    assert.are.same({ "a", "b", "c", "d" }, { got[1].value, got[2].value, got[3].value, got[4].value })
+    assert.are.same({ 0, 1, 2, 3 }, { got[1].offset, got[2].offset, got[3].offset, got[4].offset })
+    assert.are.equal(2, #info.batches)
+  end)
+
+  it("magic 1 compressed wrappers: inner offsets are relative to the wrapper's last offset", function()
+    local bytes = proto.encode_records(sample(5), { magic = 1, compression = "snappy", base_offset = 100 })
+    local got, info = proto.decode_records(bytes)
+    assert.are.same({ 100, 101, 102, 103, 104 }, { got[1].offset, got[2].offset, got[3].offset, got[4].offset, got[5].offset })
+    assert.are.equal(104, info.batches[1].base_offset) -- the wrapper carries the last offset
+  end)
+
+  it("drops a partial trailing v2 batch", function()
+    local one = proto.encode_records(sample(3), { compression = "zstd" })
+    local two = proto.encode_records(sample(3), { base_offset = 3 })
+    for cut = 1, #two - 1 do
+      local got, info = proto.decode_records(one .. two:sub(1, cut))
+      assert.are.equal(3, #got)
+      assert.is_true(info.partial)
+    end
+  end)
+
+  it("a CRC mismatch skips that batch, reports it, and reads on", function()
+    local a = proto.encode_records({ { value = "first" } })
+    local b = proto.encode_records({ { value = "second" } }, { base_offset = 1 })
+    local c = proto.encode_records({ { value = "third" } }, { base_offset = 2 })
+    -- flip the last letter of "second" (the byte before the header count)
+    local bad = b:sub(1, -3) .. "X" .. b:sub(-1)
+    local got, info = proto.decode_records(a .. bad .. c)
+    assert.are.same({ "first", "third" }, { got[1].value, got[2].value })
+    assert.are.equal(1, #info.errors)
+    assert.matches("crc mismatch in record batch at byte " .. #a, info.errors[1])
+    -- legacy too
+    local l1 = proto.encode_records({ { value = "x" } }, { magic = 1 })
+    local l2 = proto.encode_records({ { value = "y" } }, { magic = 1, base_offset = 1 })
+    got, info = proto.decode_records(l1:sub(1, -2) .. "Z" .. l2)
+    assert.are.equal(1, #got)
+    assert.are.equal("y", got[1].value)
+    assert.matches("crc mismatch in message at byte 0", info.errors[1])
+    -- and can be told not to check
+    got = proto.decode_records(a .. bad .. c, { check_crc = false })
+    assert.are.equal(3, #got)
+    assert.are.equal("seconX", got[2].value)
+  end)
+
+  it("reads lz4 with the header checksum old Kafka wrote (KAFKA-3160)", function()
+    local payload = ("lz4 legacy "):rep(20)
+    local legacy = proto.compress("lz4", payload, true)
+    local proper = proto.compress("lz4", payload)
+    assert.are_not.equal(legacy, proper)
+    assert.are.equal(payload, proto.decompress("lz4", legacy))
+    assert.are.equal(payload, proto.decompress("lz4", proper))
+    -- magic 0 lz4 sets are written the old way and read back
+    local got = proto.decode_records(proto.encode_records(sample(4), { magic = 0, compression = "lz4" }))
+    assert.are.equal(4, #got)
+  end)
+
+  it("every decompressor stops at its output limit", function()
+    local big = ("z"):rep(1 << 20)
+    for _, codec in ipairs({ "gzip", "snappy", "lz4", "zstd" }) do
+      local c = proto.compress(codec, big)
+      assert.are.equal(#big, #proto.decompress(codec, c, #big))
+      local ok, err, code = proto.decompress(codec, c, 1000)
+      assert.is_nil(ok)
+      assert.are.equal("limit", code, codec)
+      assert.matches("limit", err)
+    end
+    local batch = proto.encode_records({ { value = big } }, { compression = "zstd" })
+    local got, info = proto.decode_records(batch, { max_decompressed = 4096 })
+    assert.are.equal(0, #got)
+    assert.matches("exceeds the limit", info.errors[1])
+  end)
+
+  it("corrupt compressed data is an error for that batch, not a crash", function()
+    for _, codec in ipairs({ "gzip", "snappy", "lz4", "zstd" }) do
+      local c = proto.compress(codec, ("payload "):rep(100))
+      for _, junk in ipairs({ c:sub(1, #c // 2), c:sub(1, 10) .. ("\255"):rep(20) .. c:sub(31), "" }) do
+        local ok, err, code = proto.decompress(codec, junk)
+        assert.is_nil(ok)
+        assert.is_string(err)
+        assert.is_string(code)
+      end
+    end
+  end)
+
+  it("crc32c: table and instruction paths agree", function()
+    local r = H.rng(7)
+    for n = 0, 300 do
+      local s = r.bytes(n)
+      assert.are.equal(proto.crc32c(s, "sw"), proto.crc32c(s, "hw"))
+    end
+    assert.are.equal(0xe3069283, proto.crc32c("123456789"))
+    assert.are.equal(0xcbf43926, proto.crc32("123456789"))
+  end)
+
+  it("rejects unknown magics and negative sizes with the byte offset", function()
+    local v2 = proto.encode_records({ { value = "x" } })
+    local bad = v2:sub(1, 16) .. "\7" .. v2:sub(18)
+    local ok, err, code = proto.decode_records(bad)
+    assert.is_nil(ok)
+    assert.are.equal("corrupt", code)
+    assert.matches("unknown magic 7 at byte 16", err)
+    ok, err = proto.decode_records(("\0"):rep(8) .. "\255\255\255\254" .. ("\0"):rep(20))
+    assert.is_nil(ok)
+    assert.matches("negative batch size %-2 at byte 8", err)
+  end)
+end)
