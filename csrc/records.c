@@ -220,7 +220,10 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
     rec.offset = offset;
     rec.timestamp = ts;
     if (w->active) {
-      if (w->magic == 1 && magic == 1) rec.offset = w->offset - w->last_rel + offset;
+      /* Like Kafka's readers: a wrapper written by a producer (offset 0)
+       * gives a negative base; then the relative offsets stand. */
+      if (w->magic == 1 && magic == 1 && w->offset - w->last_rel >= 0)
+        rec.offset = w->offset - w->last_rel + offset;
       if (w->magic == 1 && w->ts_type == 1) rec.timestamp = w->timestamp;
     }
     rec.crc = crc;

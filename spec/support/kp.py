@@ -3,9 +3,10 @@
 
 Usage: kp.py CMD INFILE OUTFILE [ARGS...]   (run with /usr/bin/python3)
 
-  list                         -> lines "key nversions kind" of kafka-python's classes
-  encode KEY VER KIND          -> INFILE: JSON positional body; OUT: kafka-python's body bytes
-  reencode KEY VER KIND        -> INFILE: body bytes; OUT: decoded by kafka-python, encoded again
+  list                         -> lines "key version kind" of kafka-python's classes
+  bodies                       -> INFILE: lines "encode KEY VER KIND JSON" (a positional body)
+                                  or "reencode KEY VER KIND HEX" (body bytes to decode and
+                                  encode again); OUT: a line per case, "ok HEX" or "error MSG"
   records_encode MAGIC CODEC   -> INFILE: messages (format below); OUT: records bytes
   records_decode               -> INFILE: records bytes; OUT: messages (format below)
 
@@ -52,6 +53,25 @@ def to_py(v):
     if isinstance(v, list):
         return [to_py(x) for x in v]
     return v
+
+
+def adapt(value, ptype):
+    """Fits our positional values to kafka-python's schema: where Kafka's
+    definitions have a one-field struct (Metadata's topics) kafka-python has
+    the bare value; the wire form is the same."""
+    if isinstance(ptype, Schema):
+        if not isinstance(value, tuple):
+            return value
+        if len(value) != len(ptype.fields):
+            raise ValueError("our struct has %d fields, kafka-python's %d" % (len(value), len(ptype.fields)))
+        return tuple(adapt(v, t) for v, t in zip(value, ptype.fields))
+    if isinstance(ptype, Array):
+        if value is None:
+            return None
+        return [adapt(v, ptype.array_of) for v in value]
+    if isinstance(value, tuple) and len(value) == 1:
+        return value[0]
+    return value
 
 
 def read_msgs(data):
@@ -109,21 +129,32 @@ def main():
     if cmd == "list":
         lines = []
         for (key, kind), versions in sorted(classes().items()):
-            lines.append("%d %d %s" % (key, len(versions), kind))
+            for v, cls in enumerate(versions):
+                if cls is not None:
+                    lines.append("%d %d %s" % (key, v, kind))
         out = ("\n".join(lines) + "\n").encode()
-    elif cmd == "encode":
-        key, ver, kind = int(args[0]), int(args[1]), args[2]
-        cls = classes()[(key, kind)][ver]
-        values = to_py(json.loads(data.decode()))
-        out = cls(*values).encode()
-    elif cmd == "reencode":
-        key, ver, kind = int(args[0]), int(args[1]), args[2]
-        cls = classes()[(key, kind)][ver]
-        buf = io.BytesIO(data)
-        obj = cls.decode(buf)
-        if buf.read(1):
-            raise SystemExit("trailing bytes after kafka-python's decode")
-        out = obj.encode()
+    elif cmd == "bodies":
+        # One case per line: "encode KEY VER KIND JSON" or "reencode KEY VER KIND HEX".
+        # Answers one line per case: "ok HEX" or "error MESSAGE".
+        table = classes()
+        lines = []
+        for line in data.decode().splitlines():
+            op, key, ver, kind, arg = line.split(" ", 4)
+            cls = table[(int(key), kind)][int(ver)]
+            try:
+                if op == "encode":
+                    values = adapt(to_py(json.loads(arg)), cls.SCHEMA)
+                    obj = cls(*values)  # keep a reference: encode is a WeakMethod
+                    lines.append("ok " + obj.encode().hex())
+                else:
+                    buf = io.BytesIO(bytes.fromhex(arg))
+                    obj = cls.decode(buf)
+                    if buf.read(1):
+                        raise ValueError("trailing bytes after kafka-python's decode")
+                    lines.append("ok " + obj.encode().hex())
+            except Exception as exc:  # reported per case to the spec
+                lines.append("error %s: %r" % (cls.__name__, exc))
+        out = ("\n".join(lines) + "\n").encode()
     elif cmd == "records_encode":
         magic, codec = int(args[0]), CODECS[args[1]]
         msgs = read_msgs(data)
