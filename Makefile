@@ -61,11 +61,15 @@ clean-objs:
 
 # Module and suite under AddressSanitizer + UBSan (the runtime preloaded into lua5.4).
 asan:
-	$(MAKE) BUILD_SUFFIX= LUA=lua5.4 BUILD=build/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" EXTRA_LDFLAGS="-fsanitize=address,undefined" build/asan/kafka/core.so
+	$(MAKE) LUA=lua5.4 BUILD=build/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" EXTRA_LDFLAGS="-fsanitize=address,undefined" build/asan/kafka/core.so
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0 \
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
 	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" lua5.4 $(BUSTED) --lua=lua5.4 spec
+
+# The demo: for now the codec example (the broker-backed demo comes with the client).
+demo: all
+	$(TEST_ENV) $(LUA) examples/codec.lua
 
 # Regenerates csrc/apis.c from Kafka's JSON definitions: make gen KAFKA_DEFS=dir
 gen:

@@ -16,10 +16,17 @@
 #include "lua.h"
 
 #if LUA_VERSION_NUM < 502
+/* Lua 5.1 lacks these; LuaJIT 2.1 has some of them. Our own copies under
+ * kf_ names serve both without clashing with LuaJIT's declarations. */
 #define lua_rawlen(L, i) lua_objlen(L, (i))
+#undef luaL_newlibtable
+#undef luaL_newlib
 #define luaL_newlibtable(L, l) lua_createtable(L, 0, (int)(sizeof(l) / sizeof((l)[0]) - 1))
 #define luaL_newlib(L, l) (luaL_newlibtable(L, l), luaL_setfuncs(L, l, 0))
-static void luaL_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
+#define luaL_setfuncs kf_luaL_setfuncs
+#define luaL_setmetatable kf_luaL_setmetatable
+#define luaL_testudata kf_luaL_testudata
+static inline void kf_luaL_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
   luaL_checkstack(L, nup + 1, "too many upvalues");
   for (; l->name; l++) {
     int i;
@@ -29,11 +36,11 @@ static void luaL_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
   }
   lua_pop(L, nup);
 }
-static void luaL_setmetatable(lua_State *L, const char *tname) {
+static inline void kf_luaL_setmetatable(lua_State *L, const char *tname) {
   luaL_getmetatable(L, tname);
   lua_setmetatable(L, -2);
 }
-static void *luaL_testudata(lua_State *L, int i, const char *tname) {
+static inline void *kf_luaL_testudata(lua_State *L, int i, const char *tname) {
   void *p = lua_touserdata(L, i);
   if (p && lua_getmetatable(L, i)) {
     int same;

@@ -3,7 +3,7 @@
 -- absent, plus a positional JSON form for kafka-python.
 local proto = require "kafka.proto"
 local string, table, math = string, table, math
-local ipairs, type, tostring = ipairs, type, tostring
+local ipairs, tostring = ipairs, tostring
 
 local _M = {}
 
@@ -13,7 +13,6 @@ local ranges = {
   int64 = { math.mininteger, math.maxinteger },
 }
 
-local function in_range(v, lo, hi) return lo <= v and v <= hi end
 
 local function ascii(r, n)
   local t = {}
@@ -128,5 +127,5 @@ function _M.positional(s, t, v)
   return '{"s":[' .. table.concat(parts, ",") .. "]}"
 end
 
-_M.type = type
+
 return _M

@@ -1,0 +1,45 @@
+rockspec_format = "3.0"
+package = "lua-kafka"
+version = "scm-1"
+source = {
+  url = "git+https://example.invalid/lua-kafka.git",
+}
+description = {
+  summary = "Kafka wire protocol for Lua: every API version, every record format and codec, in C",
+  detailed = [[
+A Kafka wire-protocol codec in C (requests and responses of every API and
+version Kafka defines, message sets magic 0/1 and RecordBatch v2, gzip,
+snappy, lz4 and zstd) exposed to Lua as kafka.proto, for Lua 5.1-5.4 and
+LuaJIT/OpenResty.]],
+  license = "Apache-2.0",
+  labels = { "kafka", "protocol", "openresty" },
+}
+dependencies = {
+  "lua >= 5.1",
+}
+external_dependencies = {
+  ZLIB = { header = "zlib.h", library = "z" },
+  SNAPPY = { header = "snappy-c.h", library = "snappy" },
+  LZ4 = { header = "lz4frame.h", library = "lz4" },
+  ZSTD = { header = "zstd.h", library = "zstd" },
+}
+build = {
+  type = "builtin",
+  modules = {
+    ["kafka.core"] = {
+      sources = { "csrc/buf.c", "csrc/crc.c", "csrc/compress.c", "csrc/records.c", "csrc/schema.c",
+                  "csrc/apis.c", "csrc/lua_kafka.c" },
+      defines = { "_GNU_SOURCE" },
+      incdirs = { "csrc", "$(ZLIB_INCDIR)", "$(SNAPPY_INCDIR)", "$(LZ4_INCDIR)", "$(ZSTD_INCDIR)" },
+      libdirs = { "$(ZLIB_LIBDIR)", "$(SNAPPY_LIBDIR)", "$(LZ4_LIBDIR)", "$(ZSTD_LIBDIR)" },
+      libraries = { "z", "snappy", "lz4", "zstd" },
+    },
+    ["kafka"] = "lua/kafka/init.lua",
+    ["kafka.proto"] = "lua/kafka/proto.lua",
+    ["kafka.errors"] = "lua/kafka/errors.lua",
+  },
+}
+test = {
+  type = "command",
+  command = "make test",
+}
