@@ -172,6 +172,33 @@ describe("records", function()
     assert.are.equal("seconX", got[2].value)
   end)
 
+  it("a bad batch in one partition of a Fetch response does not derail the next", function()
+    local good = proto.encode_records({ { value = "ok" } }, { base_offset = 5 })
+    local crcbad = good:sub(1, -3) .. "X" .. good:sub(-1)
+    local framing_bad = good:sub(1, 16) .. "\9" .. good:sub(18) -- unknown magic 9
+    local body = { responses = { { topic = "t", partitions = {
+      { partition_index = 0, high_watermark = 6, records = crcbad },
+      { partition_index = 1, high_watermark = 6, records = framing_bad },
+      { partition_index = 2, high_watermark = 6, records = good } } } } }
+    for _, v in ipairs({ 4, 11, 12, 16 }) do
+      local b = body
+      if v >= 13 then
+        b = { responses = { { topic_id = ("\1"):rep(16), partitions = body.responses[1].partitions } } }
+      end
+      local corr, got = proto.decode_response("Fetch", v, proto.encode_response("Fetch", v, 3, b))
+      assert.are.equal(3, corr)
+      local ps = got.responses[1].partitions
+      assert.are.equal(0, #ps[1].records)
+      assert.matches("crc mismatch", ps[1].records.errors[1])
+      assert.are.equal(0, #ps[2].records)
+      assert.matches("unknown magic 9", ps[2].records.errors[1])
+      assert.are.equal(1, #ps[3].records)
+      assert.are.equal("ok", ps[3].records[1].value)
+      assert.are.equal(5, ps[3].records[1].offset)
+      assert.is_nil(ps[3].records.errors)
+    end
+  end)
+
   it("reads lz4 with the header checksum old Kafka wrote (KAFKA-3160)", function()
     local payload = ("lz4 legacy "):rep(20)
     local legacy = proto.compress("lz4", payload, true)
