@@ -28,7 +28,7 @@ BUSTED := $(shell command -v busted)
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: all test test-luajit lint asan clean gen install demo
+.PHONY: all test test-luajit lint asan clean clean-objs gen demo mock
 
 all: $(MODULE)
 
@@ -41,8 +41,15 @@ $(MODULE): $(CORE_OBJ) $(GLUE_OBJ)
 	$(CC) -shared $(LDFLAGS) $(EXTRA_LDFLAGS) -o $@ $^ $(LIBS)
 	@nm -D --defined-only $@ | awk '$$2 ~ /[TDB]/ && $$3 !~ /^(luaopen_|_init$$|_fini$$)/ {print "unexpected export: " $$3; bad=1} END {exit bad}'
 
+MOCKBROKER := build/mockbroker
+$(MOCKBROKER): spec/support/mockbroker.c
+	@mkdir -p build
+	$(CC) -std=gnu99 -O1 -g -Wall -Wextra -o $@ $< $$($(PKG_CONFIG) --cflags --libs rdkafka)
+
+mock: $(MOCKBROKER)
+
 # The README's test command: the whole suite on Lua 5.4, then the LuaJIT smoke spec.
-test: all
+test: all $(MOCKBROKER)
 	$(TEST_ENV) $(LUA) $(BUSTED) --lua=$(LUA) spec
 	$(MAKE) test-luajit
 

@@ -1090,6 +1090,34 @@ static int l_apis(lua_State *L) {
   return 1;
 }
 
+/* murmur2(key) -> Kafka's murmur2 hash (the Java client's and librdkafka's
+ * murmur2 partitioners), as a non-negative integer below 2^32. */
+static int l_murmur2(lua_State *L) {
+  size_t n, i;
+  const uint8_t *d = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  const uint32_t m = 0x5bd1e995u;
+  uint32_t h = 0x9747b28cu ^ (uint32_t)n;
+  for (i = 0; i + 4 <= n; i += 4) {
+    uint32_t k = (uint32_t)d[i] | (uint32_t)d[i + 1] << 8 | (uint32_t)d[i + 2] << 16 |
+                 (uint32_t)d[i + 3] << 24;
+    k *= m;
+    k ^= k >> 24;
+    k *= m;
+    h *= m;
+    h ^= k;
+  }
+  switch (n & 3) {
+  case 3: h ^= (uint32_t)d[i + 2] << 16; /* fall through */
+  case 2: h ^= (uint32_t)d[i + 1] << 8;  /* fall through */
+  case 1: h ^= d[i]; h *= m;
+  }
+  h ^= h >> 13;
+  h *= m;
+  h ^= h >> 15;
+  kf_pushi64(L, (int64_t)h);
+  return 1;
+}
+
 static int l_crc32(lua_State *L) {
   size_t n;
   const char *p = luaL_checklstring(L, 1, &n);
@@ -1209,6 +1237,7 @@ static const luaL_Reg core_funcs[] = {
   {"api_name", l_api_name},
   {"versions", l_versions},
   {"apis", l_apis},
+  {"murmur2", l_murmur2},
   {"crc32", l_crc32},
   {"crc32c", l_crc32c},
   {"compress", l_compress},

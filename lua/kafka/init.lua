@@ -5,6 +5,11 @@ local require, rawset, setmetatable = require, rawset, setmetatable
 local modules = {
   proto = "kafka.proto",
   errors = "kafka.errors",
+  client = "kafka.client",
+  producer = "kafka.producer",
+  consumer = "kafka.consumer",
+  connection = "kafka.connection",
+  socket = "kafka.socket",
 }
 
 local _M = { _VERSION = "lua-kafka scm" }

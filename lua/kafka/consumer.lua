@@ -1,0 +1,384 @@
+-- kafka.consumer: assigned partitions, a fetch loop, committed offsets.
+--
+--   local consumer = require "kafka.consumer"
+--   local c = consumer.new({brokers = {"127.0.0.1:9092"}}, {group_id = "g"})
+--   c:assign{{topic = "t", partition = 0, offset = "earliest"}, {topic = "t", partition = 1}}
+--   local msgs, err = c:poll(1000)  -- {topic, partition, offset, key, value, headers, timestamp, high_watermark}...
+--   c:commit()                      -- the positions of every assigned partition
+--   c:close()
+--
+-- Options: group_id (for commit/committed), auto_offset_reset ("latest",
+-- "earliest" or "error": where to go when an offset is out of range or
+-- nothing is committed), fetch_max_wait_ms (500), fetch_min_bytes (1),
+-- fetch_max_bytes (52428800), max_partition_fetch_bytes (1048576),
+-- isolation_level (0: read uncommitted; 1: read committed), check_crcs
+-- (true), max_decompressed (bytes per batch), retry_backoff_ms (100).
+-- One Fetch per broker covers all its assigned partitions; brokers are
+-- asked in parallel. Group membership (JoinGroup/SyncGroup) is not here yet:
+-- commits use generation -1, as a consumer with manual assignment does.
+local proto = require "kafka.proto"
+local client_mod = require "kafka.client"
+
+local errors = proto.errors
+local math, table = math, table
+local setmetatable, tostring, type, ipairs, pairs, error = setmetatable, tostring, type, ipairs, pairs, error
+
+local _M = {}
+local mt = { __index = _M }
+
+local function is_client(x)
+  return type(x) == "table" and type(x.refresh) == "function" and type(x.leader) == "function"
+end
+
+function _M.new(client_or_opts, opts)
+  opts = opts or {}
+  local client, own = client_or_opts, false
+  if not is_client(client) then
+    client = client_mod.new(client_or_opts)
+    own = true
+  end
+  local reset = opts.auto_offset_reset or "latest"
+  if reset ~= "latest" and reset ~= "earliest" and reset ~= "error" then
+    error("kafka.consumer.new: auto_offset_reset must be latest, earliest or error", 2)
+  end
+  return setmetatable({
+    client = client,
+    own_client = own,
+    group_id = opts.group_id,
+    auto_offset_reset = reset,
+    fetch_max_wait_ms = opts.fetch_max_wait_ms or 500,
+    fetch_min_bytes = opts.fetch_min_bytes or 1,
+    fetch_max_bytes = opts.fetch_max_bytes or 52428800,
+    max_partition_fetch_bytes = opts.max_partition_fetch_bytes or 1048576,
+    isolation_level = opts.isolation_level or 0,
+    decode_opts = { check_crc = opts.check_crcs ~= false, max_decompressed = opts.max_decompressed },
+    retry_backoff_ms = opts.retry_backoff_ms or 100,
+    parts = {},   -- array of partition states
+    index = {},   -- "topic\0partition" -> state
+  }, mt)
+end
+
+local function pkey(topic, partition) return topic .. "\0" .. partition end
+
+-- Resolves a start offset: a number, "earliest", "latest" or "committed".
+function _M:_resolve(topic, partition, offset)
+  if type(offset) == "number" and offset >= 0 then return offset end
+  if offset == "committed" then
+    if not self.group_id then return nil, "offset 'committed' needs a group_id", "invalid" end
+    local c, err, code = self:committed { { topic = topic, partition = partition } }
+    if not c then return nil, err, code end
+    if c[1].offset and c[1].offset >= 0 then return c[1].offset end
+    if self.auto_offset_reset == "error" then
+      return nil, ("no committed offset for %s/%d"):format(topic, partition), "no_offset"
+    end
+    offset = self.auto_offset_reset
+  end
+  if offset == nil then offset = self.auto_offset_reset == "error" and "latest" or self.auto_offset_reset end
+  if offset == "earliest" or offset == -2 or offset == "latest" or offset == -1 then
+    return self.client:list_offsets(topic, partition, offset)
+  end
+  return nil, "bad offset " .. tostring(offset), "invalid"
+end
+
+-- assign{{topic=, partition=, offset=}} -> true | nil, err, code. Replaces
+-- the assignment; offset is a number, "earliest", "latest" or "committed"
+-- (default: committed with a group_id, else auto_offset_reset).
+function _M:assign(list)
+  if type(list) ~= "table" then error("assign: expected an array of {topic=, partition=, offset=}", 2) end
+  local parts, index = {}, {}
+  for _, a in ipairs(list) do
+    if type(a.topic) ~= "string" or type(a.partition) ~= "number" then
+      error("assign: every entry needs topic (string) and partition (number)", 2)
+    end
+    local n, err, code = self.client:partitions(a.topic)
+    if not n then return nil, err, code end
+    if a.partition < 0 or a.partition >= n then
+      return nil, ("topic %s has no partition %d"):format(a.topic, a.partition), "unknown_partition"
+    end
+    local start = a.offset
+    if start == nil and self.group_id then start = "committed" end
+    local off
+    off, err, code = self:_resolve(a.topic, a.partition, start)
+    if not off then return nil, err, code end
+    local st = { topic = a.topic, partition = a.partition, offset = off, fetch_bytes = self.max_partition_fetch_bytes,
+                 high_watermark = -1 }
+    parts[#parts + 1] = st
+    index[pkey(a.topic, a.partition)] = st
+  end
+  self.parts, self.index = parts, index
+  return true
+end
+
+function _M:assignment()
+  local t = {}
+  for i, st in ipairs(self.parts) do t[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
+  return t
+end
+
+-- position(topic, partition) -> the next offset poll will return
+function _M:position(topic, partition)
+  local st = self.index[pkey(topic, partition)]
+  return st and st.offset
+end
+
+-- seek(topic, partition, offset) -> true | nil, err, code
+function _M:seek(topic, partition, offset)
+  local st = self.index[pkey(topic, partition)]
+  if not st then return nil, ("%s/%d is not assigned"):format(topic, partition), "invalid" end
+  local off, err, code = self:_resolve(topic, partition, offset)
+  if not off then return nil, err, code end
+  st.offset = off
+  return true
+end
+
+-- Handles one partition's fetch result; appends messages to out.
+-- Returns nil, err, code for errors the caller must see.
+function _M:_partition_result(st, pr, out)
+  local ec = pr.error_code
+  if ec ~= 0 then
+    local e = errors.info(ec)
+    if ec == 1 then -- OFFSET_OUT_OF_RANGE
+      if self.auto_offset_reset == "error" then
+        return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range"
+      end
+      local off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+      if not off then return nil, err, code end
+      st.offset = off
+      return true
+    end
+    if e.retriable then
+      self.client:invalidate(st.topic)
+      return true
+    end
+    return nil, ("%s/%d: %s (%s)"):format(st.topic, st.partition, e.name, e.message), "kafka", ec
+  end
+  st.high_watermark = pr.high_watermark
+  local recs = pr.records
+  if not recs then return true end
+  if recs.errors then
+    -- a corrupt batch is never skipped silently: the position stays put
+    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, recs.errors[1]), "corrupt"
+  end
+  local pos = st.offset
+  local next_pos = pos
+  local hw = pr.high_watermark
+  local topic, partition = st.topic, st.partition
+  local n = #out
+  for i = 1, #recs do
+    local m = recs[i]
+    local off = m.offset
+    if off >= pos then
+      if not m.control then
+        n = n + 1
+        m.topic, m.partition, m.high_watermark = topic, partition, hw
+        m.crc = nil
+        out[n] = m
+      end
+      next_pos = off + 1
+    end
+  end
+  -- batches wholly skipped (control batches, compacted gaps) still move us on
+  for _, b in ipairs(recs.batches or {}) do
+    if b.magic == 2 then
+      local last = b.base_offset + b.last_offset_delta
+      if last + 1 > next_pos and last >= pos then next_pos = last + 1 end
+    end
+  end
+  if next_pos == pos and #recs == 0 and recs.partial then
+    -- the first batch is larger than we asked for (old brokers): ask for more
+    st.fetch_bytes = math.min(st.fetch_bytes * 2, self.fetch_max_bytes)
+  end
+  st.offset = next_pos
+  return true
+end
+
+-- poll(timeout_ms) -> array of messages (maybe empty) | nil, err, code.
+-- Each message: topic, partition, offset, key, value, headers (when any),
+-- timestamp, high_watermark.
+function _M:poll(timeout_ms)
+  timeout_ms = timeout_ms or self.fetch_max_wait_ms
+  local out = {}
+  if #self.parts == 0 then
+    self.client.sleep(timeout_ms)
+    return out
+  end
+  local by_leader, order = {}, {}
+  local unreachable = false
+  for _, st in ipairs(self.parts) do
+    local leader = self.client:leader(st.topic, st.partition)
+    local conn
+    if leader then conn = self.client:broker(leader) end
+    if conn then
+      local req = by_leader[conn]
+      if not req then
+        req = { topics = {}, list = {} }
+        by_leader[conn] = req
+        order[#order + 1] = conn
+      end
+      local t = req.topics[st.topic]
+      if not t then
+        t = { topic = st.topic, partitions = {} }
+        req.topics[st.topic] = t
+        req.list[#req.list + 1] = t
+      end
+      t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.offset,
+        partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
+        last_fetched_epoch = -1 }
+    else
+      unreachable = true
+      self.client:invalidate(st.topic)
+    end
+  end
+  local wait = math.min(timeout_ms, self.fetch_max_wait_ms)
+  local sent = {}
+  for _, conn in ipairs(order) do
+    local req = by_leader[conn]
+    local v = conn:version(1)
+    local corr
+    if v then
+      corr = conn:send(1, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
+        max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
+        session_epoch = -1, topics = req.list, forgotten_topics_data = {}, rack_id = "" },
+        { timeout_ms = wait, decode = self.decode_opts })
+    end
+    sent[#sent + 1] = { conn = conn, corr = corr }
+  end
+  local first_err, first_code, first_kcode
+  for _, s in ipairs(sent) do
+    local resp
+    if s.corr then resp = s.conn:receive(s.corr) end
+    if not resp then
+      unreachable = true
+      self.client:invalidate()
+    else
+      if resp.error_code and resp.error_code ~= 0 then
+        local e = errors.info(resp.error_code)
+        first_err, first_code = first_err or ("Fetch: " .. e.name), first_code or "kafka"
+      end
+      for _, tr in ipairs(resp.responses or {}) do
+        for _, pr in ipairs(tr.partitions or {}) do
+          local st = self.index[pkey(tr.topic, pr.partition_index)]
+          if st then
+            local ok, err, code, kcode = self:_partition_result(st, pr, out)
+            if not ok and not first_err then first_err, first_code, first_kcode = err, code, kcode end
+          end
+        end
+      end
+    end
+  end
+  if #out == 0 and first_err then return nil, first_err, first_code, first_kcode end
+  if #out == 0 and unreachable and #sent == 0 then
+    -- nothing could be asked: do not spin
+    self.client.sleep(math.min(timeout_ms, self.retry_backoff_ms))
+  end
+  return out
+end
+
+-- commit([offsets]) -> true | nil, err, code. offsets: {{topic=, partition=,
+-- offset=, metadata=}}; default: the position of every assigned partition.
+function _M:commit(offsets)
+  if not self.group_id then error("commit: the consumer has no group_id", 2) end
+  if not offsets then
+    offsets = {}
+    for i, st in ipairs(self.parts) do offsets[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
+  end
+  local topics, list = {}, {}
+  for _, o in ipairs(offsets) do
+    local t = topics[o.topic]
+    if not t then
+      t = { name = o.topic, partitions = {} }
+      topics[o.topic] = t
+      list[#list + 1] = t
+    end
+    t.partitions[#t.partitions + 1] = { partition_index = o.partition, committed_offset = o.offset,
+      committed_leader_epoch = -1, commit_timestamp = -1, committed_metadata = o.metadata or "" }
+  end
+  local last_err, last_code, last_kcode
+  for attempt = 0, self.client.max_retries do
+    if attempt > 0 then self.client.sleep(self.retry_backoff_ms) end
+    local c, err, code = self.client:coordinator(self.group_id, 0)
+    if c then
+      local resp
+      resp, err, code = c:request(8, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
+        retention_time_ms = -1, topics = list })
+      if resp then
+        local retry = false
+        err = nil
+        for _, tr in ipairs(resp.topics or {}) do
+          for _, pr in ipairs(tr.partitions or {}) do
+            if pr.error_code ~= 0 then
+              local e = errors.info(pr.error_code)
+              err, code, last_kcode = ("commit %s/%d: %s"):format(tr.name, pr.partition_index, e.name), "kafka", e.code
+              if e.retriable or e.code == 16 then retry = true end
+            end
+          end
+        end
+        if not err then return true end
+        if not retry then return nil, err, code, last_kcode end
+      end
+    end
+    last_err, last_code = err, code
+  end
+  return nil, last_err, last_code, last_kcode
+end
+
+-- committed(partitions) -> {{topic=, partition=, offset=, metadata=}} (offset
+-- -1 when none is committed) | nil, err, code
+function _M:committed(partitions)
+  if not self.group_id then error("committed: the consumer has no group_id", 2) end
+  partitions = partitions or self:assignment()
+  local topics, list = {}, {}
+  for _, p in ipairs(partitions) do
+    local t = topics[p.topic]
+    if not t then
+      t = { name = p.topic, partition_indexes = {} }
+      topics[p.topic] = t
+      list[#list + 1] = t
+    end
+    t.partition_indexes[#t.partition_indexes + 1] = p.partition
+  end
+  local last_err, last_code
+  for attempt = 0, self.client.max_retries do
+    if attempt > 0 then self.client.sleep(self.retry_backoff_ms) end
+    local c, err, code = self.client:coordinator(self.group_id, 0)
+    if c then
+      local resp
+      resp, err, code = c:request(9, { group_id = self.group_id, topics = list, require_stable = false })
+      if resp then
+        local ec = resp.error_code or 0
+        if ec ~= 0 then
+          local e = errors.info(ec)
+          err, code = "committed: " .. e.name, "kafka"
+          if not (e.retriable or ec == 16) then return nil, err, code, ec end
+        else
+          local found = {}
+          for _, tr in ipairs(resp.topics or {}) do
+            for _, pr in ipairs(tr.partitions or {}) do
+              if pr.error_code ~= 0 then
+                local e = errors.info(pr.error_code)
+                return nil, ("committed %s/%d: %s"):format(tr.name, pr.partition_index, e.name), "kafka", e.code
+              end
+              found[pkey(tr.name, pr.partition_index)] = pr
+            end
+          end
+          local result = {}
+          for i, p in ipairs(partitions) do
+            local pr = found[pkey(p.topic, p.partition)]
+            result[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
+                          metadata = pr and pr.metadata }
+          end
+          return result
+        end
+      end
+    end
+    last_err, last_code = err, code
+  end
+  return nil, last_err, last_code
+end
+
+function _M:close()
+  self.parts, self.index = {}, {}
+  if self.own_client then self.client:close() end
+end
+
+return _M
