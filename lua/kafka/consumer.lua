@@ -253,7 +253,11 @@ function _M:poll(timeout_ms)
     else
       if resp.error_code and resp.error_code ~= 0 then
         local e = errors.info(resp.error_code)
-        first_err, first_code = first_err or ("Fetch: " .. e.name), first_code or "kafka"
+        if e.retriable then
+          self.client:invalidate()
+        elseif not first_err then
+          first_err, first_code, first_kcode = "Fetch: " .. e.name, "kafka", e.code
+        end
       end
       for _, tr in ipairs(resp.responses or {}) do
         for _, pr in ipairs(tr.partitions or {}) do

@@ -1,0 +1,292 @@
+-- The client against a real Kafka-protocol broker: librdkafka's mock
+-- cluster (3 brokers) on loopback, with faults injected through it.
+local kafka = require "kafka"
+local mock = require "support.mock"
+local proto = kafka.proto
+
+local codecs = { "none", "gzip", "snappy", "lz4", "zstd" }
+
+-- Consumes every partition of topic from the start until `want` messages
+-- arrived (or the deadline): returns them grouped by partition.
+local function consume_all(client, topic, want, consumer_opts)
+  local c = kafka.consumer.new(client, consumer_opts or {})
+  local n = assert(client:partitions(topic))
+  local a = {}
+  for p = 0, n - 1 do a[#a + 1] = { topic = topic, partition = p, offset = "earliest" } end
+  assert(c:assign(a))
+  local by_part, got = {}, 0
+  local deadline = client.now() + 30000
+  while got < want and client.now() < deadline do
+    local msgs, err = c:poll(300)
+    assert(msgs, err)
+    for _, m in ipairs(msgs) do
+      by_part[m.partition] = by_part[m.partition] or {}
+      table.insert(by_part[m.partition], m)
+      got = got + 1
+    end
+  end
+  return by_part, got, c
+end
+
+local function id_of(m) return tonumber(m.value:match("^#(%d+) ")) end
+
+describe("client against the mock cluster", function()
+  local m, client
+  setup(function()
+    m = mock.start { brokers = 3, topics = {} }
+    client = kafka.client.new { brokers = m.bootstrap, client_id = "spec", retry_backoff_ms = 20,
+      reconnect_backoff_ms = 20, reconnect_backoff_max_ms = 200 }
+  end)
+  teardown(function()
+    client:close()
+    m:stop()
+  end)
+
+  it("negotiates versions with ApiVersions and caches metadata of 3 brokers", function()
+    m:cmd("topic meta 6")
+    local md = assert(client:metadata { "meta" })
+    local n = 0
+    for id, b in pairs(md.brokers) do
+      n = n + 1
+      assert.are.equal("127.0.0.1", b.host)
+      assert.is_true(id >= 1 and id <= 3)
+    end
+    assert.are.equal(3, n)
+    assert.are.equal(6, md.topics.meta.count)
+    local conn = assert(client:broker(1))
+    assert.are.equal(7, conn:version("Produce")) -- the mock's max
+    assert.are.equal(11, conn:version("Fetch"))
+    assert.are.equal(2, conn:version("Metadata"))
+  end)
+
+  for _, codec in ipairs(codecs) do
+    it("100,000 messages, keyed and unkeyed, " .. codec .. ", across 6 partitions: all back, in order", function()
+      local topic = "bulk-" .. codec
+      m:cmd("topic " .. topic .. " 6")
+      local p = kafka.producer.new(client, { compression = codec, linger_ms = 1e9 })
+      local N = 100000
+      local key_of = {}
+      for i = 1, N do
+        local key = (i % 2 == 0) and ("user-" .. (i % 5000)) or nil
+        key_of[i] = key
+        assert(p:send(topic, ("#%d "):format(i) .. ("x"):rep(i % 40), { key = key }))
+      end
+      local reports, failed = p:flush()
+      assert.are.equal(N, #reports)
+      assert.are.equal(0, failed)
+      local by_part, got = consume_all(client, topic, N)
+      assert.are.equal(N, got)
+      -- plain comparisons in the loop: luassert costs microseconds per call
+      local parts_used, bad = 0, nil
+      for part, msgs in pairs(by_part) do
+        parts_used = parts_used + 1
+        local last_id, last_off = 0, -1
+        local want_part = function(k) return (proto.murmur2(k) % 2147483648) % 6 end
+        for _, msg in ipairs(msgs) do
+          local id = id_of(msg)
+          if id <= last_id or msg.offset <= last_off then bad = bad or ("out of order in partition " .. part) end
+          last_id, last_off = id, msg.offset
+          local k = key_of[id]
+          if k ~= msg.key then bad = bad or ("key of message " .. id) end
+          if k and want_part(k) ~= part then bad = bad or ("key " .. k .. " on partition " .. part) end
+        end
+      end
+      assert.is_nil(bad)
+      assert.are.equal(6, parts_used)
+    end)
+  end
+
+  it("list_offsets: earliest and latest", function()
+    m:cmd("topic offs 2")
+    local p = kafka.producer.new(client)
+    for i = 1, 25 do assert(p:send("offs", "v" .. i, { partition = 1 })) end
+    local _, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(0, client:list_offsets("offs", 1, "earliest"))
+    assert.are.equal(25, client:list_offsets("offs", 1, "latest"))
+    assert.are.equal(0, client:list_offsets("offs", 0, proto.OFFSET_LATEST))
+  end)
+
+  it("commit and committed round trip through the group coordinator", function()
+    m:cmd("topic commits 3")
+    local p = kafka.producer.new(client)
+    for i = 1, 30 do assert(p:send("commits", "v" .. i, { partition = i % 3 })) end
+    assert.are.equal(0, select(2, p:flush()))
+    local c = kafka.consumer.new(client, { group_id = "g-commit", auto_offset_reset = "earliest" })
+    assert(c:assign { { topic = "commits", partition = 0 }, { topic = "commits", partition = 1 },
+      { topic = "commits", partition = 2 } })
+    local before = assert(c:committed())
+    for _, r in ipairs(before) do assert.are.equal(-1, r.offset) end
+    local got = 0
+    while got < 30 do got = got + #assert(c:poll(200)) end
+    assert(c:commit())
+    local after = assert(c:committed())
+    for _, r in ipairs(after) do assert.are.equal(10, r.offset) end
+    assert(c:commit { { topic = "commits", partition = 2, offset = 4, metadata = "half" } })
+    local one = assert(c:committed { { topic = "commits", partition = 2 } })
+    assert.are.equal(4, one[1].offset)
+    assert.are.equal("half", one[1].metadata)
+    -- a new consumer of the group starts where the group left off
+    local c2 = kafka.consumer.new(client, { group_id = "g-commit" })
+    assert(c2:assign { { topic = "commits", partition = 2 } })
+    assert.are.equal(4, c2:position("commits", 2))
+    local msgs = assert(c2:poll(500))
+    assert.are.equal(6, #msgs)
+    assert.are.equal(4, msgs[1].offset)
+  end)
+
+  it("retries produce through NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE and REQUEST_TIMED_OUT", function()
+    m:cmd("topic faults 6")
+    local p = kafka.producer.new(client, { max_retries = 10, retry_backoff_ms = 10 })
+    m:cmd("err 0 6 3")
+    m:cmd("err 0 5 2")
+    m:cmd("err 0 7 2")
+    local N = 6000
+    for i = 1, N do assert(p:send("faults", ("#%d "):format(i), { key = tostring(i) })) end
+    local reports, failed = p:flush()
+    assert.are.equal(N, #reports)
+    assert.are.equal(0, failed)
+    -- and fetch through the same errors, with the same consumer object
+    m:cmd("err 1 6 3")
+    m:cmd("err 1 7 2")
+    m:cmd("err 1 5 1")
+    local _, got = consume_all(client, "faults", N)
+    assert.are.equal(N, got)
+  end)
+
+  it("a leader moved mid-stream and a broker down then up: nothing silently lost", function()
+    m:cmd("topic moving 6")
+    local p = kafka.producer.new(client, { max_retries = 8, retry_backoff_ms = 20 })
+    local c = kafka.consumer.new(client, {})
+    local a = {}
+    for part = 0, 5 do a[#a + 1] = { topic = "moving", partition = part, offset = "earliest" } end
+    assert(c:assign(a))
+    local acked, failed_ids, consumed = {}, {}, {}
+    local next_id = 0
+    local function produce(n)
+      for _ = 1, n do
+        next_id = next_id + 1
+        assert(p:send("moving", ("#%d "):format(next_id), { partition = next_id % 6 }))
+      end
+      local reports = p:flush()
+      for _, r in ipairs(reports) do
+        if r.err then failed_ids[#failed_ids + 1] = r.id else acked[r.id] = true end
+      end
+    end
+    local function drain()
+      for _ = 1, 10 do
+        local msgs = c:poll(100)
+        if msgs then for _, msg in ipairs(msgs) do consumed[id_of(msg)] = true end end
+      end
+    end
+    produce(3000)
+    drain()
+    -- move every leader
+    for part = 0, 5 do m:cmd(("leader moving %d %d"):format(part, (part + 1) % 3 + 1)) end
+    produce(3000)
+    drain()
+    -- take broker 1 down; move its partitions away as a real cluster would
+    m:cmd("down 1")
+    for part = 0, 5 do m:cmd(("leader moving %d %d"):format(part, part % 2 + 2)) end
+    produce(3000)
+    drain()
+    -- bring it back and give it leaders again: the client reconnects
+    m:cmd("up 1")
+    for part = 0, 5 do m:cmd(("leader moving %d 1"):format(part)) end
+    client.sleep(300) -- past the reconnect backoff
+    produce(3000)
+    drain()
+    local n_acked = 0
+    for id in pairs(acked) do
+      n_acked = n_acked + 1
+      assert(consumed[id], "message " .. id .. " was acknowledged but never consumed")
+    end
+    for id in pairs(consumed) do assert(id >= 1 and id <= next_id) end
+    assert.are.equal(12000, n_acked + #failed_ids)
+    assert.is_true(n_acked >= 9000)
+  end)
+
+  it("a broker that stays down: its messages are reported failed, the rest delivered", function()
+    m:cmd("topic stuck 3")
+    for part = 0, 2 do m:cmd(("leader stuck %d %d"):format(part, part + 1)) end
+    client:refresh { "stuck" }
+    m:cmd("down 3")
+    local p = kafka.producer.new(client, { max_retries = 2, retry_backoff_ms = 10 })
+    for i = 1, 300 do assert(p:send("stuck", "v" .. i, { partition = i % 3 })) end
+    local reports, failed = p:flush()
+    assert.are.equal(300, #reports)
+    assert.are.equal(100, failed)
+    for _, r in ipairs(reports) do
+      if r.partition == 2 then
+        assert.is_string(r.err)
+        assert.is_string(r.code)
+      else
+        assert.is_nil(r.err)
+        assert.is_true(r.offset >= 0)
+      end
+    end
+    m:cmd("up 3")
+  end)
+
+  it("a message larger than allowed and a full buffer are errors to the caller", function()
+    m:cmd("topic limits 1")
+    local p = kafka.producer.new(client, { max_message_bytes = 1000, max_buffered = 10, flush_on_full = false })
+    local ok, err, code = p:send("limits", ("x"):rep(2000))
+    assert.is_nil(ok)
+    assert.are.equal("too_large", code)
+    assert.matches("exceeds max_message_bytes", err)
+    for i = 1, 10 do assert(p:send("limits", "v" .. i)) end
+    ok, err, code = p:send("limits", "one too many")
+    assert.is_nil(ok)
+    assert.are.equal("buffer_full", code)
+    assert.matches("buffer full", err)
+    local reports, failed = p:flush()
+    assert.are.equal(10, #reports)
+    assert.are.equal(0, failed)
+    assert(p:send("limits", "fits again"))
+    local part, off = p:send_sync("limits", "sync")
+    assert.are.equal(0, part)
+    assert.are.equal(11, off)
+    ok, err, code = p:send("limits", "x", { partition = 7 })
+    assert.is_nil(ok)
+    assert.are.equal("unknown_partition", code)
+  end)
+
+  it("an unknown topic is answered clearly where the broker does not create it", function()
+    m:cmd("topic_err forbidden 29")
+    local p = kafka.producer.new(client)
+    local ok, err, code = p:send("forbidden", "x")
+    assert.is_nil(ok)
+    assert.are.equal("kafka", code)
+    assert.matches("TOPIC_AUTHORIZATION_FAILED", err)
+  end)
+
+  it("acks=0 sends without waiting for acknowledgements", function()
+    m:cmd("topic fire 1")
+    local p = kafka.producer.new(client, { acks = 0 })
+    for i = 1, 100 do assert(p:send("fire", "v" .. i)) end
+    local reports, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(-1, reports[1].offset)
+    local _, got = consume_all(client, "fire", 100)
+    assert.are.equal(100, got)
+  end)
+
+  it("consumer: offset out of range resets by auto_offset_reset, or is an error", function()
+    m:cmd("topic oor 1")
+    local p = kafka.producer.new(client)
+    for i = 1, 5 do assert(p:send("oor", "v" .. i)) end
+    p:flush()
+    local c = kafka.consumer.new(client, { auto_offset_reset = "earliest" })
+    assert(c:assign { { topic = "oor", partition = 0, offset = 1000 } })
+    local msgs = assert(c:poll(200))
+    if #msgs == 0 then msgs = assert(c:poll(200)) end
+    assert.are.equal(5, #msgs)
+    local strict = kafka.consumer.new(client, { auto_offset_reset = "error" })
+    assert(strict:assign { { topic = "oor", partition = 0, offset = 1000 } })
+    local ok, err, code = strict:poll(200)
+    assert.is_nil(ok)
+    assert.are.equal("offset_out_of_range", code)
+    assert.matches("out of range", err)
+  end)
+end)

@@ -1,0 +1,87 @@
+-- A misbehaving broker for the connection specs. Serves one connection at a
+-- time on loopback; answers ApiVersions and Metadata correctly and breaks
+-- its answers to ListOffsets as told, one mode per ListOffsets request:
+--   lua5.4 badbroker.lua PORTFILE MODE[,MODE...]
+-- Modes: ok, close_mid_frame, garbage, wrong_corr, silent (no answer),
+-- short_frame (a 2-byte frame). After the list it answers ok.
+package.path = arg[0]:match("^(.*)/spec/support/") .. "/lua/?.lua;" .. package.path
+local socket = require "socket"
+local proto = require "kafka.proto"
+
+local portfile, modes = arg[1], {}
+for m in (arg[2] or ""):gmatch("[^,]+") do modes[#modes + 1] = m end
+
+local server = assert(socket.bind("127.0.0.1", 0))
+local _, port = server:getsockname()
+port = tonumber(port)
+local f = assert(io.open(portfile .. ".tmp", "w"))
+f:write(port, "\n")
+f:close()
+os.rename(portfile .. ".tmp", portfile)
+server:settimeout(0)
+
+local served = 0
+local function answer(conn, req)
+  local key, v, corr = req.api_key, req.api_version, req.correlation_id
+  if key == 18 then
+    local keys = {}
+    for _, k in ipairs({ 2, 3, 18 }) do
+      local lo, hi = proto.versions(k)
+      keys[#keys + 1] = { api_key = k, min_version = lo, max_version = math.min(hi, k == 3 and 4 or 2) }
+    end
+    return conn:send(proto.encode_response(18, v, corr, { error_code = 0, api_keys = keys }))
+  elseif key == 3 then
+    return conn:send(proto.encode_response(3, v, corr, {
+      brokers = { { node_id = 0, host = "127.0.0.1", port = port } }, controller_id = 0,
+      topics = { { error_code = 0, name = "t", partitions = { { error_code = 0, partition_index = 0, leader_id = 0,
+        replica_nodes = { 0 }, isr_nodes = { 0 } } } } } }))
+  elseif key == 2 then
+    served = served + 1
+    local mode = modes[served] or "ok"
+    local frame = proto.encode_response(2, v, corr, { topics = { { name = "t", partitions = {
+      { partition_index = 0, error_code = 0, timestamp = -1, offset = 42, old_style_offsets = { 42 } } } } } })
+    if mode == "ok" then return conn:send(frame) end
+    if mode == "close_mid_frame" then conn:send(frame:sub(1, 10)); return nil end
+    if mode == "garbage" then
+      -- throttle 0, then a topic count of 2^31-1 in a 12-byte frame
+      return conn:send(string.pack(">i4i4", 12, corr) .. string.pack(">i4i4", 0, 0x7fffffff))
+    end
+    if mode == "wrong_corr" then return conn:send(frame:sub(1, 4) .. string.pack(">i4", corr + 1000) .. frame:sub(9)) end
+    if mode == "short_frame" then return conn:send(string.pack(">i4", 2) .. "\0\0") end
+    if mode == "silent" then return true end
+  end
+  return nil
+end
+
+-- Serves every connection (select loop); exits when no connection is open
+-- and none comes for 1 s, so a driver's pclose returns soon.
+local clients = {}
+local idle_since = socket.gettime()
+while true do
+  local readable = socket.select({ server, table.unpack(clients) }, nil, 0.2)
+  for _, s in ipairs(readable) do
+    if s == server then
+      local conn = server:accept()
+      if conn then
+        conn:settimeout(5)
+        clients[#clients + 1] = conn
+      end
+    else
+      local ok = false
+      local head = s:receive(4)
+      if head then
+        local rest = s:receive(proto.frame_length(head) - 4)
+        local req = rest and proto.decode_request(head .. rest)
+        ok = req and answer(s, req)
+      end
+      if not ok then
+        s:close()
+        for i, c in ipairs(clients) do
+          if c == s then table.remove(clients, i) break end
+        end
+      end
+    end
+  end
+  if #clients > 0 then idle_since = socket.gettime()
+  elseif socket.gettime() - idle_since > 1 then break end
+end
