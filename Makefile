@@ -50,6 +50,7 @@ mock: $(MOCKBROKER)
 
 # The README's test command: the whole suite on Lua 5.4, then the LuaJIT smoke spec.
 test: all $(MOCKBROKER)
+	$(MAKE) LUA=luajit all
 	$(TEST_ENV) $(LUA) $(BUSTED) --lua=$(LUA) spec
 	$(MAKE) test-luajit
 
@@ -74,9 +75,9 @@ asan:
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
 	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" lua5.4 $(BUSTED) --lua=lua5.4 spec
 
-# The demo: for now the codec example (the broker-backed demo comes with the client).
-demo: all
-	$(TEST_ENV) $(LUA) examples/codec.lua
+# The demo: the mock cluster (or KAFKA_BROKERS), 10,000 messages per codec there and back.
+demo: all $(MOCKBROKER)
+	$(TEST_ENV) $(LUA) examples/demo.lua
 
 # Regenerates csrc/apis.c from Kafka's JSON definitions: make gen KAFKA_DEFS=dir
 gen:

@@ -250,6 +250,7 @@ describe("client against the mock cluster", function()
     ok, err, code = p:send("limits", "x", { partition = 7 })
     assert.is_nil(ok)
     assert.are.equal("unknown_partition", code)
+    assert.matches("has no partition 7", err)
   end)
 
   it("an unknown topic is answered clearly where the broker does not create it", function()

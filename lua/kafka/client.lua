@@ -18,7 +18,7 @@ local connection = require "kafka.connection"
 local ksocket = require "kafka.socket"
 
 local errors = proto.errors
-local math, string, table = math, string, table
+local math, table = math, table
 local setmetatable, tostring, tonumber, type, ipairs, pairs, next = setmetatable, tostring, tonumber, type, ipairs, pairs, next
 
 local _M = {}

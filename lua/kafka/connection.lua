@@ -15,7 +15,7 @@
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
 
-local math, string, table = math, string, table
+local math, table = math, table
 local setmetatable, tostring, tonumber, type, pairs, ipairs = setmetatable, tostring, tonumber, type, pairs, ipairs
 
 -- Big-endian int32 at byte i (no string.unpack on LuaJIT).

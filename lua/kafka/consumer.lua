@@ -20,8 +20,8 @@ local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 
 local errors = proto.errors
-local math, table = math, table
-local setmetatable, tostring, type, ipairs, pairs, error = setmetatable, tostring, type, ipairs, pairs, error
+local math = math
+local setmetatable, tostring, type, ipairs, error = setmetatable, tostring, type, ipairs, error
 
 local _M = {}
 local mt = { __index = _M }

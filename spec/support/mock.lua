@@ -3,7 +3,7 @@
 --   local m = mock.start{brokers = 3, topics = {"t:6"}}
 --   m.bootstrap -> "127.0.0.1:p1,..."; m:cmd("down 2"); m:stop()
 local socket = require "socket"
-local io, os, string = io, os, string
+local io, os = io, os
 
 local _M = {}
 local mt = { __index = _M }
