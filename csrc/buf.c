@@ -117,6 +117,17 @@ int64_t kf_r_count(kf_reader *r, int kind, size_t min_elem) {
   return n;
 }
 
+static size_t mem_current, mem_peak;
+
+void kf_mem_account(long delta) {
+  if (delta < 0 && (size_t)-delta > mem_current) mem_current = 0;
+  else mem_current = (size_t)((long)mem_current + delta);
+  if (mem_current > mem_peak) mem_peak = mem_current;
+}
+size_t kf_mem_current(void) { return mem_current; }
+size_t kf_mem_peak(void) { return mem_peak; }
+void kf_mem_reset_peak(void) { mem_peak = mem_current; }
+
 void kf_w_init(kf_writer *w) {
   w->buf = NULL;
   w->len = w->cap = 0;
@@ -124,6 +135,7 @@ void kf_w_init(kf_writer *w) {
 }
 
 void kf_w_free(kf_writer *w) {
+  if (w->buf) kf_mem_account(-(long)w->cap);
   free(w->buf);
   kf_w_init(w);
 }
@@ -145,6 +157,7 @@ uint8_t *kf_w_reserve(kf_writer *w, size_t n) {
     w->err = KF_ENOMEM;
     return NULL;
   }
+  kf_mem_account((long)(cap - w->cap));
   w->buf = nb;
   w->cap = cap;
   return w->buf + w->len;
@@ -176,13 +189,13 @@ void kf_w_uvarint(kf_writer *w, uint32_t v) {
   kf_w_uvarlong(w, v);
 }
 
-void kf_w_varint(kf_writer *w, int32_t v) {
-  kf_w_uvarint(w, ((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
-}
+/* Zig-zag without shifting negative values (implementation-defined in C). */
+static uint32_t zigzag32(int32_t v) { return ((uint32_t)v << 1) ^ (v < 0 ? 0xffffffffu : 0u); }
+static uint64_t zigzag64(int64_t v) { return ((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u); }
 
-void kf_w_varlong(kf_writer *w, int64_t v) {
-  kf_w_uvarlong(w, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
-}
+void kf_w_varint(kf_writer *w, int32_t v) { kf_w_uvarint(w, zigzag32(v)); }
+
+void kf_w_varlong(kf_writer *w, int64_t v) { kf_w_uvarlong(w, zigzag64(v)); }
 
 size_t kf_uvarint_size(uint64_t v) {
   size_t n = 1;
@@ -194,7 +207,7 @@ size_t kf_uvarint_size(uint64_t v) {
 }
 
 size_t kf_varlong_size(int64_t v) {
-  return kf_uvarint_size(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+  return kf_uvarint_size(zigzag64(v));
 }
 
 void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n) {

@@ -129,6 +129,14 @@ typedef struct kf_writer {
   int err; /* sticky KF_ENOMEM / KF_EVALUE */
 } kf_writer;
 
+/* Bytes held by writers (every growable buffer of the core), and the high
+ * water mark: how the specs prove that decoding stays bounded. Process-wide,
+ * not synchronized (nginx workers are processes). */
+void kf_mem_account(long delta);
+size_t kf_mem_current(void);
+size_t kf_mem_peak(void);
+void kf_mem_reset_peak(void);
+
 void kf_w_init(kf_writer *w);
 void kf_w_free(kf_writer *w);
 /* Makes room for n more bytes; returns pointer to them (not advanced) or NULL. */

@@ -69,7 +69,7 @@ uint32_t kf_xxh32(const void *data, size_t n, uint32_t seed) {
 /* ---- gzip ---- */
 static int gzip_compress(const uint8_t *in, size_t n, kf_writer *out, kf_err *e) {
   z_stream zs;
-  int rc = Z_OK;
+  int rc = Z_STREAM_ERROR;
   memset(&zs, 0, sizeof zs);
   if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     kf_err_set(e, KF_ENOMEM, "gzip: deflateInit failed");
@@ -98,7 +98,6 @@ static int gzip_decompress(const uint8_t *in, size_t n, kf_writer *out, size_t l
                            kf_err *e) {
   z_stream zs;
   size_t produced = 0;
-  int rc = Z_OK;
   memset(&zs, 0, sizeof zs);
   if (n > 0xffffffffu) {
     kf_err_set(e, KF_ELIMIT, "gzip: input too large");
@@ -113,6 +112,7 @@ static int gzip_decompress(const uint8_t *in, size_t n, kf_writer *out, size_t l
   for (;;) {
     size_t room = n * 4 + 1024, before;
     uint8_t *p;
+    int rc;
     if (room > 1u << 20) room = 1u << 20;
     if (room > limit - produced + 1) room = limit - produced + 1; /* +1 detects overflow */
     p = kf_w_reserve(out, room);
@@ -272,6 +272,7 @@ static int lz4_decompress(const uint8_t *in, size_t n, kf_writer *out, size_t li
   if (in[at] != good && in[at] == legacy) {
     /* KAFKA-3160: old brokers/clients hashed the magic too. */
     fixed = (uint8_t *)malloc(n);
+    if (fixed) kf_mem_account((long)n);
     if (!fixed) {
       kf_err_set(e, KF_ENOMEM, "lz4: out of memory");
       return -1;
@@ -313,6 +314,7 @@ static int lz4_decompress(const uint8_t *in, size_t n, kf_writer *out, size_t li
     }
   }
   LZ4F_freeDecompressionContext(dctx);
+  if (fixed) kf_mem_account(-(long)n);
   free(fixed);
   return e->code ? -1 : 0;
 }
@@ -338,7 +340,7 @@ static int zstd_decompress(const uint8_t *in, size_t n, kf_writer *out, size_t l
                            kf_err *e) {
   ZSTD_DCtx *d = ZSTD_createDCtx();
   ZSTD_inBuffer ib;
-  size_t produced = 0, rc = 1;
+  size_t produced = 0;
   if (!d) {
     kf_err_set(e, KF_ENOMEM, "zstd: cannot create context");
     return -1;
@@ -348,7 +350,7 @@ static int zstd_decompress(const uint8_t *in, size_t n, kf_writer *out, size_t l
   ib.pos = 0;
   for (;;) {
     ZSTD_outBuffer ob;
-    size_t room = 1u << 17;
+    size_t room = 1u << 17, rc;
     uint8_t *p;
     if (room > limit - produced + 1) room = limit - produced + 1;
     p = kf_w_reserve(out, room);

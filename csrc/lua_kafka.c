@@ -830,43 +830,6 @@ static void dec_opts(lua_State *L, int idx, ldec *c) {
   c->ro.max_decompressed = (size_t)lim;
 }
 
-/* Checks the size prefix of a whole frame; fills e when it is not one. */
-static int frame_check(const uint8_t *p, size_t n, kf_err *e) {
-  int32_t size;
-  if (n < 4) {
-    kf_err_set(e, KF_EINCOMPLETE, "incomplete frame: %zu bytes, the size prefix needs 4", n);
-    return -1;
-  }
-  size = (int32_t)kf_be32(p);
-  if (size < 0) {
-    kf_err_set(e, KF_ECORRUPT, "negative frame size %d at byte 0", (int)size);
-    return -1;
-  }
-  if ((size_t)size > n - 4) {
-    kf_err_set(e, KF_EINCOMPLETE, "incomplete frame: size prefix says %d bytes, %zu present",
-               (int)size, n - 4);
-    return -1;
-  }
-  if ((size_t)size < n - 4) {
-    kf_err_set(e, KF_ECORRUPT, "%zu bytes after the end of the frame (size %d)",
-               n - 4 - (size_t)size, (int)size);
-    return -1;
-  }
-  return 0;
-}
-
-/* Skips a tagged-field section of a header. */
-static int skip_tags(kf_reader *r) {
-  uint32_t n = kf_r_uvarint(r), i;
-  for (i = 0; i < n && !r->err; i++) {
-    uint32_t size;
-    (void)kf_r_uvarint(r);
-    size = kf_r_uvarint(r);
-    kf_r_take(r, size);
-  }
-  return r->err ? -1 : 0;
-}
-
 static int decode_body(lua_State *L, const kf_struct *s, int v, int flex, kf_reader *r, ldec *c,
                        kf_err *e) {
   lua_createtable(L, 0, s->nfields);
@@ -891,15 +854,10 @@ static int l_decode_response(lua_State *L) {
   lua_settop(L, 4);
   c.L = L;
   c.bx = box_new(L);
-  if (frame_check(p, n, &e)) return push_fail(L, &e);
+  if (kf_frame_check(p, n, &e)) return push_fail(L, &e);
   kf_r_init(&r, p, n);
   r.pos = 4;
-  corr = kf_r_i32(&r);
-  if (hv >= 1) skip_tags(&r);
-  if (r.err) {
-    kf_err_set(&e, KF_ECORRUPT, "truncated response header at byte %zu", r.pos);
-    return push_fail(L, &e);
-  }
+  if (kf_read_response_header(&r, hv, &corr, &e)) return push_fail(L, &e);
   lua_pushinteger(L, corr);
   if (decode_body(L, a->resp, v, v >= a->resp_flex, &r, &c, &e)) return push_fail(L, &e);
   return 2;
@@ -914,54 +872,30 @@ static int l_decode_request(lua_State *L) {
   kf_err e = {0, {0}};
   kf_reader r;
   ldec c;
-  const kf_api *a;
-  int16_t key, ver;
-  int32_t corr;
-  const uint8_t *cid = NULL;
-  size_t cidl = 0;
-  int hv;
+  kf_req_header h;
   dec_opts(L, 2, &c);
   lua_settop(L, 2);
   c.L = L;
   c.bx = box_new(L);
-  if (frame_check(p, n, &e)) return push_fail(L, &e);
+  if (kf_frame_check(p, n, &e)) return push_fail(L, &e);
   kf_r_init(&r, p, n);
   r.pos = 4;
-  key = kf_r_i16(&r);
-  ver = kf_r_i16(&r);
-  corr = kf_r_i32(&r);
-  if (r.err) {
-    kf_err_set(&e, KF_ECORRUPT, "truncated request header at byte %zu", r.pos);
-    return push_fail(L, &e);
-  }
-  a = kf_api_by_key(key);
-  if (!a || ver < a->min || ver > a->max) {
-    kf_err_set(&e, KF_EUNSUPPORTED, "unsupported api key %d version %d", (int)key, (int)ver);
-    return push_fail(L, &e);
-  }
-  hv = kf_req_header_version(a, ver);
-  if (hv >= 1 && !kf_r_lenbytes(&r, 16, &cid, &cidl)) {
-    kf_err_set(&e, KF_ECORRUPT, "truncated client_id at byte 12");
-    return push_fail(L, &e);
-  }
-  if (hv >= 2 && skip_tags(&r)) {
-    kf_err_set(&e, KF_ECORRUPT, "truncated request header tags at byte %zu", r.pos);
-    return push_fail(L, &e);
-  }
+  if (kf_read_request_header(&r, &h, &e)) return push_fail(L, &e);
   lua_createtable(L, 0, 6);
-  lua_pushinteger(L, key);
+  lua_pushinteger(L, h.api_key);
   lua_setfield(L, -2, "api_key");
-  lua_pushinteger(L, ver);
+  lua_pushinteger(L, h.api_version);
   lua_setfield(L, -2, "api_version");
-  lua_pushstring(L, a->name);
+  lua_pushstring(L, h.api->name);
   lua_setfield(L, -2, "api_name");
-  lua_pushinteger(L, corr);
+  lua_pushinteger(L, h.correlation_id);
   lua_setfield(L, -2, "correlation_id");
-  if (cid) {
-    lua_pushlstring(L, (const char *)cid, cidl);
+  if (h.client_id) {
+    lua_pushlstring(L, (const char *)h.client_id, h.client_id_len);
     lua_setfield(L, -2, "client_id");
   }
-  if (decode_body(L, a->req, ver, ver >= a->req_flex, &r, &c, &e)) return push_fail(L, &e);
+  if (decode_body(L, h.api->req, h.api_version, h.api_version >= h.api->req_flex, &r, &c, &e))
+    return push_fail(L, &e);
   lua_setfield(L, -2, "body");
   return 1;
 }
@@ -1223,8 +1157,18 @@ static int l_schema(lua_State *L) {
   return 1;
 }
 
+/* mem_stats([reset]) -> bytes the core holds now, high-water mark since the
+ * last reset (reset = true starts a new one). */
+static int l_mem_stats(lua_State *L) {
+  if (lua_toboolean(L, 1)) kf_mem_reset_peak();
+  lua_pushinteger(L, (lua_Integer)kf_mem_current());
+  lua_pushinteger(L, (lua_Integer)kf_mem_peak());
+  return 2;
+}
+
 static const luaL_Reg core_funcs[] = {
   {"schema", l_schema},
+  {"mem_stats", l_mem_stats},
   {"encode_request", l_encode_request},
   {"decode_request", l_decode_request},
   {"encode_response", l_encode_response},

@@ -112,7 +112,6 @@ static int decode_v2(dctx *c, const uint8_t *p, size_t n, int depth, size_t at) 
   size_t nrecs;
   int16_t attr;
   int32_t i;
-  uint32_t crc;
   if (depth > 0) return problem(c, KF_ECORRUPT, "record batch inside a legacy wrapper at byte %zu", at);
   if (n < KF_V2_HEADER)
     return problem(c, KF_ECORRUPT, "record batch at byte %zu is %zu bytes, shorter than its header", at, n);
@@ -135,7 +134,7 @@ static int decode_v2(dctx *c, const uint8_t *p, size_t n, int depth, size_t at) 
   b.base_sequence = (int32_t)kf_be32(p + 53);
   b.count = (int32_t)kf_be32(p + 57);
   if (c->o->check_crc) {
-    crc = kf_crc32c(0, p + 21, n - 21);
+    uint32_t crc = kf_crc32c(0, p + 21, n - 21);
     if (crc != b.crc)
       return problem(c, KF_ECORRUPT,
                      "crc mismatch in record batch at byte %zu (offset %lld): stored %08x, computed %08x",
@@ -192,7 +191,7 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
                          size_t at) {
   int magic = p[16], attr, codec;
   int64_t offset = (int64_t)kf_be64(p), ts = -1;
-  uint32_t crc = kf_be32(p + 12), calc;
+  uint32_t crc = kf_be32(p + 12);
   kf_reader r;
   kf_record rec;
   size_t minsz = magic == 1 ? 34 : 26; /* 12 + crc, magic, attr, [ts], key len, value len */
@@ -200,7 +199,7 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
     return problem(c, KF_ECORRUPT, "message at byte %zu is %zu bytes, too short for magic %d", at, n,
                    magic);
   if (c->o->check_crc) {
-    calc = kf_crc32(0, p + 16, n - 16);
+    uint32_t calc = kf_crc32(0, p + 16, n - 16);
     if (calc != crc)
       return problem(c, KF_ECORRUPT,
                      "crc mismatch in message at byte %zu (offset %lld): stored %08x, computed %08x",

@@ -566,3 +566,80 @@ int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec
   }
   return 0;
 }
+
+/* -------------------------------------------------------------- headers */
+
+int kf_frame_check(const uint8_t *p, size_t n, kf_err *e) {
+  int32_t size;
+  if (n < 4) {
+    kf_err_set(e, KF_EINCOMPLETE, "incomplete frame: %zu bytes, the size prefix needs 4", n);
+    return -1;
+  }
+  size = (int32_t)kf_be32(p);
+  if (size < 0) {
+    kf_err_set(e, KF_ECORRUPT, "negative frame size %d at byte 0", (int)size);
+    return -1;
+  }
+  if ((size_t)size > n - 4) {
+    kf_err_set(e, KF_EINCOMPLETE, "incomplete frame: size prefix says %d bytes, %zu present", (int)size,
+               n - 4);
+    return -1;
+  }
+  if ((size_t)size < n - 4) {
+    kf_err_set(e, KF_ECORRUPT, "%zu bytes after the end of the frame (size %d)", n - 4 - (size_t)size,
+               (int)size);
+    return -1;
+  }
+  return 0;
+}
+
+/* Skips a header's tagged-field section: nothing in it is ours. */
+static int skip_tags(kf_reader *r) {
+  uint32_t n = kf_r_uvarint(r), i;
+  if (!r->err && n > kf_r_left(r) / 2) kf_r_fail(r, KF_ECORRUPT);
+  for (i = 0; i < n && !r->err; i++) {
+    uint32_t size;
+    (void)kf_r_uvarint(r);
+    size = kf_r_uvarint(r);
+    kf_r_take(r, size);
+  }
+  return r->err ? -1 : 0;
+}
+
+int kf_read_request_header(kf_reader *r, kf_req_header *h, kf_err *e) {
+  int hv;
+  memset(h, 0, sizeof *h);
+  h->api_key = kf_r_i16(r);
+  h->api_version = kf_r_i16(r);
+  h->correlation_id = kf_r_i32(r);
+  if (r->err) {
+    kf_err_set(e, KF_ECORRUPT, "truncated request header at byte %zu", r->pos);
+    return -1;
+  }
+  h->api = kf_api_by_key(h->api_key);
+  if (!h->api || h->api_version < h->api->min || h->api_version > h->api->max) {
+    kf_err_set(e, KF_EUNSUPPORTED, "unsupported api key %d version %d", (int)h->api_key,
+               (int)h->api_version);
+    return -1;
+  }
+  hv = kf_req_header_version(h->api, h->api_version);
+  if (hv >= 1 && !kf_r_lenbytes(r, 16, &h->client_id, &h->client_id_len)) {
+    kf_err_set(e, KF_ECORRUPT, "truncated client_id at byte 12");
+    return -1;
+  }
+  if (hv >= 2 && skip_tags(r)) {
+    kf_err_set(e, KF_ECORRUPT, "bad request header tags at byte %zu", r->pos);
+    return -1;
+  }
+  return 0;
+}
+
+int kf_read_response_header(kf_reader *r, int hv, int32_t *correlation_id, kf_err *e) {
+  *correlation_id = kf_r_i32(r);
+  if (hv >= 1) skip_tags(r);
+  if (r->err) {
+    kf_err_set(e, KF_ECORRUPT, "truncated response header at byte %zu", r->pos);
+    return -1;
+  }
+  return 0;
+}

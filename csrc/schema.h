@@ -113,4 +113,23 @@ int kf_schema_encode(const kf_struct *s, int version, int flexible, const kf_enc
 int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
                      void *u, kf_reader *r, kf_err *e);
 
+/* Frames: a 4-byte size, then the header, then the body. */
+typedef struct kf_req_header {
+  const kf_api *api;
+  int16_t api_key;
+  int16_t api_version;
+  int32_t correlation_id;
+  const uint8_t *client_id; /* NULL: null (or header v0) */
+  size_t client_id_len;
+} kf_req_header;
+
+/* Checks that p[0..n) is exactly one frame: KF_EINCOMPLETE when shorter than
+ * its size prefix, KF_ECORRUPT when negative or followed by extra bytes. */
+int kf_frame_check(const uint8_t *p, size_t n, kf_err *e);
+/* Reads a request header (r positioned after the size). An api or version
+ * this codec does not have is KF_EUNSUPPORTED. On success r is at the body. */
+int kf_read_request_header(kf_reader *r, kf_req_header *h, kf_err *e);
+/* Reads a response header of version hv (0 or 1). */
+int kf_read_response_header(kf_reader *r, int hv, int32_t *correlation_id, kf_err *e);
+
 #endif

@@ -60,11 +60,11 @@ describe("client against the mock cluster", function()
   end)
 
   for _, codec in ipairs(codecs) do
-    it("100,000 messages, keyed and unkeyed, " .. codec .. ", across 6 partitions: all back, in order", function()
+    it("100,000 messages (SPEC_BULK_N), keyed and unkeyed, " .. codec .. ", across 6 partitions: all back, in order", function()
       local topic = "bulk-" .. codec
       m:cmd("topic " .. topic .. " 6")
       local p = kafka.producer.new(client, { compression = codec, linger_ms = 1e9 })
-      local N = 100000
+      local N = tonumber(os.getenv("SPEC_BULK_N")) or 100000
       local key_of = {}
       for i = 1, N do
         local key = (i % 2 == 0) and ("user-" .. (i % 5000)) or nil

@@ -159,6 +159,42 @@ describe("robustness", function()
     collectgarbage()
   end)
 
+  it("bounded memory: a hostile Fetch response costs a small multiple of its size plus the limit", function()
+    -- four partitions, each a zstd bomb: 16 frames of 64 MiB of zeros (1 GiB declared)
+    local one = proto.compress("zstd", ("\0"):rep(64 << 20))
+    local bomb = proto.encode_records({ { value = "x" } }) -- a valid batch whose records we replace
+    local payload = one:rep(16)
+    -- a v2 batch header (61 bytes) with zstd attributes, then the bomb as its records
+    local hdr = bomb:sub(1, 61)
+    local body = hdr:sub(1, 21) .. string.pack(">i2", 4) .. hdr:sub(24, 61) .. payload
+    local batch = body:sub(1, 8) .. string.pack(">i4", #body - 12) .. body:sub(13)
+    local parts = {}
+    for i = 0, 3 do parts[#parts + 1] = { partition_index = i, high_watermark = 1, records = batch } end
+    local frame = proto.encode_response("Fetch", 11, 1, { responses = { { topic = "t", partitions = parts } } })
+    collectgarbage()
+    collectgarbage()
+    local lua_before = collectgarbage("count")
+    proto.mem_stats(true)
+    local limit = 4 << 20
+    local corr, got = proto.decode_response("Fetch", 11, frame, { max_decompressed = limit, check_crc = false })
+    assert.are.equal(1, corr)
+    local _, peak = proto.mem_stats()
+    for _, p in ipairs(got.responses[1].partitions) do
+      assert.are.equal(0, #p.records)
+      assert.matches("exceeds the limit", p.records.errors[1])
+    end
+    -- decompression buffers grow by doubling: at most 2x the limit, plus slack
+    assert.is_true(peak <= 2 * limit + 4 * #frame + (1 << 20), "C peak " .. peak)
+    assert.is_true(collectgarbage("count") - lua_before < 256, "Lua grew")
+    -- counts of 2^31-1 allocate nothing for them
+    proto.mem_stats(true)
+    lua_before = collectgarbage("count")
+    for _ = 1, 100 do proto.decode_response("Metadata", 0, string.pack(">i4i4i4", 8, 1, 0x7fffffff)) end
+    local cur2, peak2 = proto.mem_stats()
+    assert.is_true(peak2 - cur2 < 4096)
+    assert.is_true(collectgarbage("count") - lua_before < 512)
+  end)
+
   it("deeply nested compressed wrappers are refused past the nesting limit", function()
     local inner = proto.encode_records({ { value = "deep" } }, { magic = 1 })
     for _ = 1, 5 do

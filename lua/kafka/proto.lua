@@ -17,6 +17,7 @@ local _M = {
   versions = core.versions,
   apis = core.apis,
   schema = core.schema,
+  mem_stats = core.mem_stats,
   murmur2 = core.murmur2,
   crc32 = core.crc32,
   crc32c = core.crc32c,

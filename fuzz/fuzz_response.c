@@ -1,0 +1,21 @@
+/* Response decoding: byte 0 picks the api, byte 1 the version; the rest is
+ * the frame after its size prefix (header + body). */
+#include "fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const kf_api *a;
+  int v, hv;
+  kf_reader r;
+  kf_err e = {0, {0}};
+  int32_t corr;
+  if (size < 2) return 0;
+  a = &kf_apis[data[0] % kf_napis];
+  v = a->min + data[1] % (a->max - a->min + 1);
+  hv = kf_resp_header_version(a, v);
+  kf_r_init(&r, data + 2, size - 2);
+  if (kf_read_response_header(&r, hv, &corr, &e)) return 0;
+  kf_schema_decode(a->resp, v, v >= a->resp_flex, &fz_dec_ops, NULL, &r, &e);
+  return 0;
+}
