@@ -128,6 +128,52 @@ size_t kf_mem_current(void) { return mem_current; }
 size_t kf_mem_peak(void) { return mem_peak; }
 void kf_mem_reset_peak(void) { mem_peak = mem_current; }
 
+/*
+ * A few freed large buffers are kept for the next writer. Without it every
+ * call that builds a big frame gets fresh pages from the kernel (glibc
+ * trims its heap on free; under LuaJIT nothing else lives there) and the
+ * page faults cost more than the encoding. Per thread, at most
+ * CACHE_SLOTS buffers of at most CACHE_MAX bytes.
+ */
+#define CACHE_SLOTS 3
+#define CACHE_MIN (64u << 10)
+#define CACHE_MAX (32u << 20)
+static __thread uint8_t *cache_buf[CACHE_SLOTS];
+static __thread size_t cache_cap[CACHE_SLOTS];
+
+/* Takes the largest cached buffer, or NULL. */
+static uint8_t *cache_take(size_t *cap) {
+  int i, best = -1;
+  uint8_t *b;
+  for (i = 0; i < CACHE_SLOTS; i++)
+    if (cache_buf[i] && (best < 0 || cache_cap[i] > cache_cap[best])) best = i;
+  if (best < 0) return NULL;
+  b = cache_buf[best];
+  *cap = cache_cap[best];
+  cache_buf[best] = NULL;
+  return b;
+}
+
+/* Keeps buf for reuse when it is worth it; returns 1 when kept. */
+static int cache_put(uint8_t *buf, size_t cap) {
+  int i, small = -1;
+  if (cap < CACHE_MIN || cap > CACHE_MAX) return 0;
+  for (i = 0; i < CACHE_SLOTS; i++) {
+    if (!cache_buf[i]) {
+      small = i;
+      break;
+    }
+    if (small < 0 || cache_cap[i] < cache_cap[small]) small = i;
+  }
+  if (cache_buf[small]) {
+    if (cache_cap[small] >= cap) return 0;
+    free(cache_buf[small]);
+  }
+  cache_buf[small] = buf;
+  cache_cap[small] = cap;
+  return 1;
+}
+
 void kf_w_init(kf_writer *w) {
   w->buf = NULL;
   w->len = w->cap = 0;
@@ -135,8 +181,10 @@ void kf_w_init(kf_writer *w) {
 }
 
 void kf_w_free(kf_writer *w) {
-  if (w->buf) kf_mem_account(-(long)w->cap);
-  free(w->buf);
+  if (w->buf) {
+    kf_mem_account(-(long)w->cap);
+    if (!cache_put(w->buf, w->cap)) free(w->buf);
+  }
   kf_w_init(w);
 }
 
@@ -150,6 +198,16 @@ uint8_t *kf_w_reserve(kf_writer *w, size_t n) {
     return NULL;
   }
   need = w->len + n;
+  if (!w->buf) {
+    size_t ccap = 0;
+    uint8_t *cb = cache_take(&ccap);
+    if (cb) {
+      kf_mem_account((long)ccap);
+      w->buf = cb;
+      w->cap = ccap;
+      if (n <= w->cap - w->len) return w->buf + w->len;
+    }
+  }
   cap = w->cap ? w->cap : 256;
   while (cap < need) cap *= 2;
   nb = (uint8_t *)realloc(w->buf, cap);
@@ -170,14 +228,8 @@ void kf_w_f64(kf_writer *w, double v) {
 }
 
 void kf_w_uvarlong(kf_writer *w, uint64_t v) {
-  uint8_t tmp[10];
-  size_t n = 0;
-  while (v >= 0x80) {
-    tmp[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  tmp[n++] = (uint8_t)v;
-  kf_w_bytes(w, tmp, n);
+  uint8_t *p = kf_w_reserve(w, 10);
+  if (p) w->len += (size_t)(kf_put_uvarlong(p, v) - p);
 }
 
 void kf_w_uvarint(kf_writer *w, uint32_t v) {

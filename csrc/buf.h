@@ -185,6 +185,19 @@ static inline void kf_w_i64(kf_writer *w, int64_t v) {
   uint8_t *p = kf_w_extend(w, 8);
   if (p) kf_put_be64(p, (uint64_t)v);
 }
+/* Stores a varint at p (room for 10 bytes reserved) and returns the end. */
+static inline uint8_t *kf_put_uvarlong(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+/* Zig-zag signed varint (records); no shift of a negative value. */
+static inline uint8_t *kf_put_varlong(uint8_t *p, int64_t v) {
+  return kf_put_uvarlong(p, ((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u));
+}
 void kf_w_f64(kf_writer *w, double v);
 void kf_w_uvarint(kf_writer *w, uint32_t v);
 void kf_w_uvarlong(kf_writer *w, uint64_t v);

@@ -34,15 +34,23 @@ typedef struct box {
   int live;
 } box;
 
-static int box_gc(lua_State *L) {
-  box *b = (box *)lua_touserdata(L, 1);
-  if (b && b->live) {
+/* Frees a box's buffers as soon as the call's results are pushed, so the
+ * next call reuses warm memory instead of waiting for the GC (LuaJIT's GC
+ * does not see C memory at all). Returns nret. */
+static int box_done(box *b, int nret) {
+  if (b->live) {
     kf_w_free(&b->w);
     kf_w_free(&b->tmp);
     kf_batch_free(&b->batch);
     kf_rec_scratch_free(&b->s);
     b->live = 0;
   }
+  return nret;
+}
+
+static int box_gc(lua_State *L) {
+  box *b = (box *)lua_touserdata(L, 1);
+  if (b) box_done(b, 0);
   return 0;
 }
 
@@ -301,8 +309,13 @@ typedef struct lbatch {
   int live;
 } lbatch;
 
+/* The builder at argument 1. The methods carry the metatable as upvalue 1,
+ * so the check is a pointer comparison, not a registry lookup by name. */
 static lbatch *check_batch(lua_State *L) {
-  lbatch *lb = (lbatch *)luaL_checkudata(L, 1, BATCH_MT);
+  lbatch *lb = (lbatch *)lua_touserdata(L, 1);
+  if (!lb || !lua_getmetatable(L, 1) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_argerror(L, 1, "kafka.batch expected");
+  lua_pop(L, 1);
   if (!lb->live) luaL_error(L, "record batch builder is closed");
   return lb;
 }
@@ -576,8 +589,8 @@ static int l_encode_request(lua_State *L) {
   kf_w_i32(&bx->w, (int32_t)corr);
   if (hv >= 1) kf_w_lenbytes(&bx->w, 16, client, clen);
   if (hv >= 2) kf_w_uvarint(&bx->w, 0);
-  if (encode_body(L, 4, a->req, v, v >= a->req_flex, magic_for(a, v), bx, &e)) return push_fail(L, &e);
-  return push_frame(L, bx, &e);
+  if (encode_body(L, 4, a->req, v, v >= a->req_flex, magic_for(a, v), bx, &e)) return box_done(bx, push_fail(L, &e));
+  return box_done(bx, push_frame(L, bx, &e));
 }
 
 /* encode_response(api, version, correlation_id, body) -> frame. */
@@ -593,8 +606,8 @@ static int l_encode_response(lua_State *L) {
   kf_w_i32(&bx->w, (int32_t)corr);
   if (hv >= 1) kf_w_uvarint(&bx->w, 0);
   if (encode_body(L, 4, a->resp, v, v >= a->resp_flex, magic_for(a, v), bx, &e))
-    return push_fail(L, &e);
-  return push_frame(L, bx, &e);
+    return box_done(bx, push_fail(L, &e));
+  return box_done(bx, push_frame(L, bx, &e));
 }
 
 /* ---------------------------------------------------------- decoding */
@@ -854,13 +867,13 @@ static int l_decode_response(lua_State *L) {
   lua_settop(L, 4);
   c.L = L;
   c.bx = box_new(L);
-  if (kf_frame_check(p, n, &e)) return push_fail(L, &e);
+  if (kf_frame_check(p, n, &e)) return box_done(c.bx, push_fail(L, &e));
   kf_r_init(&r, p, n);
   r.pos = 4;
-  if (kf_read_response_header(&r, hv, &corr, &e)) return push_fail(L, &e);
+  if (kf_read_response_header(&r, hv, &corr, &e)) return box_done(c.bx, push_fail(L, &e));
   lua_pushinteger(L, corr);
-  if (decode_body(L, a->resp, v, v >= a->resp_flex, &r, &c, &e)) return push_fail(L, &e);
-  return 2;
+  if (decode_body(L, a->resp, v, v >= a->resp_flex, &r, &c, &e)) return box_done(c.bx, push_fail(L, &e));
+  return box_done(c.bx, 2);
 }
 
 /* decode_request(frame [, opts]) -> {api_key, api_version, correlation_id,
@@ -877,10 +890,10 @@ static int l_decode_request(lua_State *L) {
   lua_settop(L, 2);
   c.L = L;
   c.bx = box_new(L);
-  if (kf_frame_check(p, n, &e)) return push_fail(L, &e);
+  if (kf_frame_check(p, n, &e)) return box_done(c.bx, push_fail(L, &e));
   kf_r_init(&r, p, n);
   r.pos = 4;
-  if (kf_read_request_header(&r, &h, &e)) return push_fail(L, &e);
+  if (kf_read_request_header(&r, &h, &e)) return box_done(c.bx, push_fail(L, &e));
   lua_createtable(L, 0, 6);
   lua_pushinteger(L, h.api_key);
   lua_setfield(L, -2, "api_key");
@@ -895,9 +908,9 @@ static int l_decode_request(lua_State *L) {
     lua_setfield(L, -2, "client_id");
   }
   if (decode_body(L, h.api->req, h.api_version, h.api_version >= h.api->req_flex, &r, &c, &e))
-    return push_fail(L, &e);
+    return box_done(c.bx, push_fail(L, &e));
   lua_setfield(L, -2, "body");
-  return 1;
+  return box_done(c.bx, 1);
 }
 
 /* frame_length(buf [, max]) -> total frame length (prefix included) once
@@ -946,12 +959,12 @@ static int l_encode_records(lua_State *L) {
   bx = box_new(L);
   kf_batch_free(&bx->batch);
   kf_batch_init(&bx->batch, magic, codec);
-  if (batch_fill(L, 1, &bx->batch, &e)) return push_fail(L, &e);
+  if (batch_fill(L, 1, &bx->batch, &e)) return box_done(bx, push_fail(L, &e));
   batch_opts(L, oi, &o);
-  if (kf_batch_encode(&bx->batch, &o, &bx->w, &e)) return push_fail(L, &e);
-  if (bx->w.err) return push_fail_msg(L, bx->w.err, "out of memory");
+  if (kf_batch_encode(&bx->batch, &o, &bx->w, &e)) return box_done(bx, push_fail(L, &e));
+  if (bx->w.err) return box_done(bx, push_fail_msg(L, bx->w.err, "out of memory"));
   lua_pushlstring(L, bx->w.len ? (const char *)bx->w.buf : "", bx->w.len);
-  return 1;
+  return box_done(bx, 1);
 }
 
 /* decode_records(bytes [, opts]) -> messages, info {batches, partial, errors}. */
@@ -964,7 +977,7 @@ static int l_decode_records(lua_State *L) {
   dec_opts(L, 2, &c);
   lua_settop(L, 2);
   bx = box_new(L);
-  if (push_records(L, p, n, &c.ro, bx, &e)) return push_fail(L, &e);
+  if (push_records(L, p, n, &c.ro, bx, &e)) return box_done(bx, push_fail(L, &e));
   lua_createtable(L, 0, 4);
   lua_getfield(L, -2, "batches");
   lua_setfield(L, -2, "batches");
@@ -976,7 +989,7 @@ static int l_decode_records(lua_State *L) {
   lua_pop(L, 1);
   lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -2));
   lua_setfield(L, -2, "count");
-  return 2;
+  return box_done(bx, 2);
 }
 
 /* ------------------------------------------------------------- misc */
@@ -1080,9 +1093,9 @@ static int l_compress(lua_State *L) {
   int legacy = lua_toboolean(L, 3);
   kf_err e = {0, {0}};
   box *bx = box_new(L);
-  if (kf_compress(codec, (const uint8_t *)p, n, &bx->w, legacy, &e)) return push_fail(L, &e);
+  if (kf_compress(codec, (const uint8_t *)p, n, &bx->w, legacy, &e)) return box_done(bx, push_fail(L, &e));
   lua_pushlstring(L, bx->w.len ? (const char *)bx->w.buf : "", bx->w.len);
-  return 1;
+  return box_done(bx, 1);
 }
 
 static int l_decompress(lua_State *L) {
@@ -1096,11 +1109,11 @@ static int l_decompress(lua_State *L) {
   bx = box_new(L);
   if (codec == KF_CODEC_NONE) {
     lua_pushvalue(L, 2);
-    return 1;
+    return box_done(bx, 1);
   }
-  if (kf_decompress(codec, (const uint8_t *)p, n, &bx->w, (size_t)lim, &e)) return push_fail(L, &e);
+  if (kf_decompress(codec, (const uint8_t *)p, n, &bx->w, (size_t)lim, &e)) return box_done(bx, push_fail(L, &e));
   lua_pushlstring(L, bx->w.len ? (const char *)bx->w.buf : "", bx->w.len);
-  return 1;
+  return box_done(bx, 1);
 }
 
 static const char *const type_str[] = {"bool", "int8", "int16", "uint16", "int32", "uint32",
@@ -1214,11 +1227,14 @@ int luaopen_kafka_core(lua_State *L) {
   lua_setfield(L, -2, "__gc");
   lua_pushcfunction(L, l_batch_close);
   lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, l_batch_len);
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, l_batch_len, 1);
   lua_setfield(L, -2, "__len");
   lua_pushcfunction(L, l_batch_tostring);
   lua_setfield(L, -2, "__tostring");
-  luaL_newlib(L, batch_methods);
+  luaL_newlibtable(L, batch_methods);
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, batch_methods, 1); /* upvalue 1: the metatable */
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
 

@@ -370,15 +370,29 @@ int kf_batch_record(kf_batch *b, int64_t ts, const void *key, size_t klen, const
     size_t size = 1 + zz_size(tsd) + zz_size(b->count) +
                   (key ? zz_size((int64_t)klen) + klen : 1) +
                   (value ? zz_size((int64_t)vlen) + vlen : 1) + zz_size(nheaders) + headers_size;
-    uint8_t *p = kf_w_reserve(w, size + 10);
+    /* The hot path: one reservation, then plain stores. */
+    uint8_t *p = kf_w_reserve(w, size + 10), *start = p;
     if (!p) goto oom;
-    kf_w_varlong(w, (int64_t)size);
-    kf_w_i8(w, 0);
-    kf_w_varlong(w, tsd);
-    kf_w_varint(w, b->count);
-    kf_w_lenbytes(w, 'v', key, klen);
-    kf_w_lenbytes(w, 'v', value, vlen);
-    kf_w_varint(w, (int32_t)nheaders);
+    p = kf_put_varlong(p, (int64_t)size);
+    *p++ = 0; /* attributes */
+    p = kf_put_varlong(p, tsd);
+    p = kf_put_varlong(p, b->count);
+    if (key) {
+      p = kf_put_varlong(p, (int64_t)klen);
+      memcpy(p, key, klen);
+      p += klen;
+    } else {
+      *p++ = 1; /* zig-zag -1: null */
+    }
+    if (value) {
+      p = kf_put_varlong(p, (int64_t)vlen);
+      memcpy(p, value, vlen);
+      p += vlen;
+    } else {
+      *p++ = 1;
+    }
+    p = kf_put_varlong(p, nheaders);
+    w->len += (size_t)(p - start);
   } else {
     size_t start = w->len, size;
     if (nheaders) {

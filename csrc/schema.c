@@ -255,8 +255,7 @@ static int enc_struct(ectx *c, const kf_struct *s) {
     for (i = nreg; ntag && i < s->nfields; i++) {
       const kf_field *f = &s->fields[i];
       size_t at;
-      uint8_t vb[5];
-      kf_writer tmp;
+      uint8_t vb[10];
       int rc;
       if (!kf_in(c->v, f->vmin, f->vmax) || !c->ops->has(c->u, f)) continue;
       kf_w_uvarint(c->w, (uint32_t)f->tag);
@@ -266,11 +265,7 @@ static int enc_struct(ectx *c, const kf_struct *s) {
       path_pop(&c->p);
       if (rc) return rc;
       /* The size precedes the value: insert it now that it is known. */
-      kf_w_init(&tmp);
-      tmp.buf = vb;
-      tmp.cap = sizeof vb;
-      kf_w_uvarint(&tmp, (uint32_t)(c->w->len - at));
-      kf_w_insert(c->w, at, vb, tmp.len);
+      kf_w_insert(c->w, at, vb, (size_t)(kf_put_uvarlong(vb, c->w->len - at) - vb));
     }
   }
   if (c->w->err) {
