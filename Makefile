@@ -28,7 +28,7 @@ BUSTED := $(shell command -v busted)
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: all test test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage
+.PHONY: all test test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -126,6 +126,19 @@ coverage: $(MOCKBROKER)
 	  awk '/^File .*csrc/ {f=$$2} /^Lines executed/ && f {split($$2,a,":"); sub("%","",a[2]); \
 	    n=$$4; hit=a[2]*n/100; th+=hit; tn+=n; printf "%-28s %6.2f%% of %d\n", f, a[2], n; f=""} \
 	    END {printf "%-28s %6.2f%% of %d lines\n", "csrc total", 100*th/tn, tn}' | tee summary.txt
+
+# Benchmarks: one table, every peer in the same run (bench/results.md).
+build/bench/floor: bench/floor.c $(CORE_SRC) $(HEADERS)
+	@mkdir -p build/bench
+	$(CC) -std=gnu99 -O2 -g -o $@ bench/floor.c $(CORE_SRC) $(LIBS)
+
+build/bench/rdkafka_bench: bench/rdkafka_bench.c
+	@mkdir -p build/bench
+	$(CC) -std=gnu99 -O2 -g -Wall -o $@ $< $$($(PKG_CONFIG) --cflags --libs rdkafka)
+
+bench: all $(MOCKBROKER) build/bench/floor build/bench/rdkafka_bench
+	$(MAKE) LUA=luajit all
+	BENCH_ROOT=$(CURDIR) $(TEST_ENV) lua5.4 bench/run.lua
 
 # Regenerates csrc/apis.c from Kafka's JSON definitions: make gen KAFKA_DEFS=dir
 gen:

@@ -68,6 +68,11 @@ static inline const uint8_t *kf_r_take(kf_reader *r, size_t n) {
   return p;
 }
 
+/* Wrapping int64 arithmetic (two's complement, as Java's longs): values
+ * from the wire must never cause signed overflow. */
+static inline int64_t kf_add64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t kf_neg64(int64_t a) { return (int64_t)(0 - (uint64_t)a); }
+
 static inline uint16_t kf_be16(const uint8_t *p) {
   return (uint16_t)((uint16_t)p[0] << 8 | p[1]);
 }

@@ -85,8 +85,9 @@ static int v2_record(kf_reader *r, const kf_batch_info *b, kf_record *rec) {
   if (!body) return -1;
   kf_r_init(&rr, body, (size_t)len); /* the record cannot read past its length */
   (void)kf_r_i8(&rr);                /* attributes: unused by Kafka */
-  rec->timestamp = b->first_timestamp + kf_r_varlong(&rr);
-  rec->offset = b->base_offset + kf_r_varint(&rr);
+  /* Deltas wrap like Java's longs: hostile values must not be UB. */
+  rec->timestamp = kf_add64(b->first_timestamp, kf_r_varlong(&rr));
+  rec->offset = kf_add64(b->base_offset, kf_r_varint(&rr));
   if (!kf_r_lenbytes(&rr, 'v', &rec->key, &rec->key_len)) return -1;
   if (!kf_r_lenbytes(&rr, 'v', &rec->value, &rec->value_len)) return -1;
   nh = kf_r_varint(&rr);
@@ -221,8 +222,8 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
     if (w->active) {
       /* Like Kafka's readers: a wrapper written by a producer (offset 0)
        * gives a negative base; then the relative offsets stand. */
-      if (w->magic == 1 && magic == 1 && w->offset - w->last_rel >= 0)
-        rec.offset = w->offset - w->last_rel + offset;
+      int64_t base = kf_add64(w->offset, kf_neg64(w->last_rel));
+      if (w->magic == 1 && magic == 1 && base >= 0) rec.offset = kf_add64(base, offset);
       if (w->magic == 1 && w->ts_type == 1) rec.timestamp = w->timestamp;
     }
     rec.crc = crc;
@@ -366,7 +367,7 @@ int kf_batch_record(kf_batch *b, int64_t ts, const void *key, size_t klen, const
   if (b->count == 0) b->first_ts = b->max_ts = ts;
   if (ts > b->max_ts) b->max_ts = ts;
   if (b->magic == 2) {
-    int64_t tsd = ts - b->first_ts;
+    int64_t tsd = kf_add64(ts, kf_neg64(b->first_ts));
     size_t size = 1 + zz_size(tsd) + zz_size(b->count) +
                   (key ? zz_size((int64_t)klen) + klen : 1) +
                   (value ? zz_size((int64_t)vlen) + vlen : 1) + zz_size(nheaders) + headers_size;
@@ -463,14 +464,14 @@ static int encode_legacy(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf
     kf_w_bytes(out, b->body.buf, b->body.len);
     if (out->err) goto oom;
     for (pos = start; pos < out->len; i++) {
-      kf_put_be64(out->buf + pos, (uint64_t)(o->base_offset + i));
+      kf_put_be64(out->buf + pos, (uint64_t)o->base_offset + (uint64_t)i);
       pos += 12 + kf_be32(out->buf + pos + 8);
     }
     return 0;
   }
   /* One wrapper message whose value is the compressed inner set; its offset
    * is the last inner message's (inner offsets stay relative: 0..n-1). */
-  kf_w_i64(out, o->base_offset + b->count - 1);
+  kf_w_i64(out, kf_add64(o->base_offset, b->count - 1));
   kf_w_slot(out, 8);
   kf_w_i8(out, (int8_t)b->magic);
   kf_w_i8(out, (int8_t)b->codec);

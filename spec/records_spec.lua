@@ -52,6 +52,31 @@ describe("records", function()
     end
   end
 
+  it("decode_columns gives the same records as arrays, one per field", function()
+    for _, codec in ipairs(codecs) do
+      local msgs = sample(80, true)
+      local bytes = proto.encode_records(msgs, { compression = codec, base_offset = 100 })
+      local rows = proto.decode_records(bytes)
+      local cols, info = proto.decode_columns(bytes)
+      assert.are.equal(#rows, cols.n)
+      assert.is_false(info.partial)
+      for i, r in ipairs(rows) do
+        assert.are.equal(r.offset, cols.offset[i])
+        assert.are.equal(r.timestamp, cols.timestamp[i])
+        assert.are.equal(r.key, cols.key[i])
+        assert.are.equal(r.value, cols.value[i])
+        assert.are.same(r.headers, cols.headers[i])
+      end
+    end
+    local a = proto.encode_records({ { value = "x" } })
+    local bad = a:sub(1, -3) .. "Y" .. a:sub(-1)
+    local cols, info = proto.decode_columns(bad .. a:sub(1, 30))
+    assert.are.equal(0, cols.n)
+    assert.is_true(info.partial)
+    assert.matches("crc mismatch", info.errors[1])
+    assert.is_nil(proto.decode_columns(("\0"):rep(8) .. "\255\255\255\255" .. ("\0"):rep(20)))
+  end)
+
   it("keeps null and empty keys and values apart", function()
     for _, magic in ipairs({ 0, 1, 2 }) do
       local got = proto.decode_records(proto.encode_records({ { key = "", value = nil }, { key = nil, value = "" } },

@@ -15,7 +15,10 @@
 -- flush_on_full (true: a full buffer flushes; false: send returns
 -- nil, "buffer full", "buffer_full"), max_message_bytes (1000000),
 -- timeout_ms (30000, the broker-side produce timeout), on_delivery
--- (function(report), called for every message as its outcome is known).
+-- (function(report), called for every message as its outcome is known),
+-- delivery_reports ("all", or "errors": flush() then returns only the
+-- failed messages' reports, and successes are just counted - the fast path
+-- for high volumes).
 --
 -- Delivery is at least once: a request whose response is lost is retried,
 -- so a retried batch can be written twice. Retries never reorder messages
@@ -74,6 +77,10 @@ function _M.new(client_or_opts, opts)
     first_time = nil,
     seq = 0,
     reports = {},
+    only_errors = opts.delivery_reports == "errors",
+    delivered = 0,
+    pcount = {},        -- topic -> partition count (cached for a second)
+    ptime = {},
     rng = math.random,
   }, mt)
 end
@@ -129,7 +136,8 @@ function _M:send(topic, value, o)
     if key ~= nil and type(key) ~= "string" then error("send: key must be a string or nil", 2) end
     if headers ~= nil and type(headers) ~= "table" then error("send: headers must be a table", 2) end
   end
-  local size = #(value or "") + #(key or "") + header_bytes(headers) + 70
+  local size = (value and #value or 0) + (key and #key or 0) + 70
+  if headers then size = size + header_bytes(headers) end
   if size > self.max_message_bytes then
     return nil, ("message of %d bytes exceeds max_message_bytes (%d)"):format(size, self.max_message_bytes), "too_large"
   end
@@ -143,11 +151,18 @@ function _M:send(topic, value, o)
   elseif self.first_time and now - self.first_time >= self.linger_ms then
     self:_flush()
   end
-  local magic, err, code = self:_magic()
-  if not magic then return nil, err, code end
-  local n
-  n, err, code = self.client:partitions(topic)
-  if not n then return nil, err, code end
+  local magic, err, code = self.magic, nil, nil
+  if not magic then
+    magic, err, code = self:_magic()
+    if not magic then return nil, err, code end
+  end
+  -- the partition count, asked of the client at most once a second
+  local n = self.pcount[topic]
+  if not n or now - self.ptime[topic] > 1000 then
+    n, err, code = self.client:partitions(topic)
+    if not n then return nil, err, code end
+    self.pcount[topic], self.ptime[topic] = n, now
+  end
   if partition == nil then
     partition = self:_partition(topic, key, n)
   elseif type(partition) ~= "number" or partition < 0 or partition >= n or partition % 1 ~= 0 then
@@ -193,6 +208,14 @@ function _M:_report(r)
 end
 
 function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
+  if not err then self.delivered = self.delivered + #batch.ids end
+  if not err and self.only_errors and not self.on_delivery then
+    -- success reports not wanted: count them, build nothing
+    self.nbuf = self.nbuf - #batch.ids
+    self.nbytes = self.nbytes - batch.size
+    if batch.b then batch.b:close() end
+    return
+  end
   for i, id in ipairs(batch.ids) do
     if err then
       self:_report { id = id, topic = topic, partition = partition, err = err, code = code, error_code = kcode }
@@ -317,6 +340,7 @@ end
 -- the batch is to be retried.
 function _M:_retry(topic, partition, batch, err, code, kcode)
   self.client:invalidate(topic)
+  self.pcount[topic] = nil
   batch.attempts = batch.attempts + 1
   batch.last_err, batch.last_code, batch.last_kcode = err, code, kcode
   if batch.attempts > self.max_retries or code == "unknown_partition" or code == "unsupported" then
@@ -349,8 +373,9 @@ function _M:_flush(timeout_ms)
 end
 
 -- flush([timeout_ms]) -> reports (every message sent since the last flush,
--- in send order), number failed. Blocks until each message is acknowledged
--- or has failed (after retries, or at the timeout).
+-- in send order; with delivery_reports = "errors" only the failed ones),
+-- number failed, number delivered. Blocks until each message is
+-- acknowledged or has failed (after retries, or at the timeout).
 function _M:flush(timeout_ms)
   self:_flush(timeout_ms)
   local reports = self.reports
@@ -358,7 +383,9 @@ function _M:flush(timeout_ms)
   table.sort(reports, function(a, b) return a.id < b.id end)
   local failed = 0
   for _, r in ipairs(reports) do if r.err then failed = failed + 1 end end
-  return reports, failed
+  local delivered = self.delivered
+  self.delivered = 0
+  return reports, failed, delivered
 end
 
 -- send_sync(topic, value [, opts]) -> partition, offset | nil, err, code
@@ -366,7 +393,10 @@ end
 function _M:send_sync(topic, value, o)
   local id, err, code = self:send(topic, value, o)
   if not id then return nil, err, code end
+  local only = self.only_errors
+  self.only_errors = false -- this one's report is needed
   self:_flush()
+  self.only_errors = only
   for i, r in ipairs(self.reports) do
     if r.id == id then
       table.remove(self.reports, i)

@@ -11,6 +11,7 @@ local _M = {
   frame_length = core.frame_length,
   encode_records = core.encode_records,
   decode_records = core.decode_records,
+  decode_columns = core.decode_columns,
   batch = core.batch,
   api_key = core.api_key,
   api_name = core.api_name,

@@ -1,0 +1,39 @@
+-- bench/e2e.lua: our producer and consumer, N messages of SIZE bytes to a
+-- fresh topic per run (acks=all, batching on), then read back. Same output
+-- as bench/rdkafka_bench.c.   lua5.4 bench/e2e.lua BROKERS TOPIC_PREFIX N RUNS SIZE
+local kafka = require "kafka"
+local socket = require "socket"
+
+local brokers, prefix, n, runs, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5])
+local client = kafka.client.new { brokers = brokers, client_id = "bench" }
+local pad = ("x"):rep(size)
+for r = 0, runs do -- run 0 is the warm-up
+  local topic = prefix .. r
+  local p = kafka.producer.new(client, { acks = -1, linger_ms = 1e9, max_buffered = 2000000,
+    max_buffered_bytes = 1 << 30 })
+  local t0 = socket.gettime()
+  for i = 1, n do
+    local id = tostring(i)
+    assert(p:send(topic, id .. pad:sub(#id + 1)))
+  end
+  local _, failed = p:flush()
+  local t1 = socket.gettime()
+  assert(failed == 0, failed .. " messages failed")
+  if r > 0 then print(("produce\t%d\tnone\t%.0f"):format(size, n / (t1 - t0))) end
+
+  local c = kafka.consumer.new(client, { fetch_max_wait_ms = 100 })
+  local parts = {}
+  for i = 0, assert(client:partitions(topic)) - 1 do parts[#parts + 1] = { topic = topic, partition = i, offset = 0 } end
+  t0 = socket.gettime()
+  assert(c:assign(parts))
+  local got = 0
+  while got < n and socket.gettime() - t0 < 120 do
+    local msgs = assert(c:poll(100))
+    got = got + #msgs
+  end
+  t1 = socket.gettime()
+  if r > 0 then print(("consume\t%d\tnone\t%.0f"):format(size, got / (t1 - t0))) end
+  io.stdout:flush()
+  assert(got == n, ("consumed %d of %d"):format(got, n))
+end
+client:close()

@@ -1,0 +1,128 @@
+/* bench/rdkafka_bench.c: librdkafka producing N messages (acks=all,
+ * batching on) to a topic and consuming them back, against a running mock
+ * cluster. Prints "produce|consume<TAB>size<TAB>none<TAB>msgs_per_sec" for
+ * each run, wall clock, like bench/e2e.lua.
+ *   rdkafka_bench BROKERS TOPIC_PREFIX N RUNS SIZE */
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static long delivered, failed;
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+  (void)rk, (void)opaque;
+  if (m->err) failed++;
+  else delivered++;
+}
+
+static void set(rd_kafka_conf_t *c, const char *k, const char *v) {
+  char err[256];
+  if (rd_kafka_conf_set(c, k, v, err, sizeof err) != RD_KAFKA_CONF_OK) {
+    fprintf(stderr, "%s: %s\n", k, err);
+    exit(1);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *brokers, *prefix;
+  long n, i, size;
+  int runs, r;
+  char *payload;
+  if (argc != 6) {
+    fprintf(stderr, "usage: %s BROKERS TOPIC_PREFIX N RUNS SIZE\n", argv[0]);
+    return 2;
+  }
+  brokers = argv[1];
+  prefix = argv[2];
+  n = atol(argv[3]);
+  runs = atoi(argv[4]);
+  size = atol(argv[5]);
+  payload = malloc((size_t)size);
+  memset(payload, 'x', (size_t)size);
+  for (r = 0; r <= runs; r++) { /* run 0 is the warm-up */
+    char topic[256], err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_t *rk;
+    double t0, t1;
+    long got = 0;
+    rd_kafka_topic_partition_list_t *parts;
+    const rd_kafka_metadata_t *md;
+    rd_kafka_topic_t *rkt;
+    int p, np;
+    snprintf(topic, sizeof topic, "%s%d", prefix, r);
+    set(conf, "bootstrap.servers", brokers);
+    set(conf, "acks", "all");
+    set(conf, "linger.ms", "5");
+    set(conf, "queue.buffering.max.messages", "2000000");
+    set(conf, "queue.buffering.max.kbytes", "2000000");
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    if (!rk) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    delivered = failed = 0;
+    t0 = wall();
+    for (i = 0; i < n; i++) {
+      snprintf(payload, (size_t)size, "%ld", i);
+      payload[strlen(payload)] = 'x';
+      while (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_VALUE(payload, (size_t)size),
+                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) ==
+             RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        rd_kafka_poll(rk, 10);
+      rd_kafka_poll(rk, 0);
+    }
+    rd_kafka_flush(rk, 120000);
+    t1 = wall();
+    if (r > 0) printf("produce\t%ld\tnone\t%.0f\n", size, (double)n / (t1 - t0));
+    if (failed) fprintf(stderr, "rdkafka_bench: %ld failed deliveries\n", failed);
+    rd_kafka_destroy(rk);
+
+    conf = rd_kafka_conf_new();
+    set(conf, "bootstrap.servers", brokers);
+    set(conf, "group.id", "rdkafka-bench");
+    set(conf, "enable.auto.commit", "false");
+    set(conf, "queued.min.messages", "1000000");
+    set(conf, "fetch.wait.max.ms", "100");
+    set(conf, "enable.partition.eof", "false");
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    rd_kafka_poll_set_consumer(rk);
+    rkt = rd_kafka_topic_new(rk, topic, NULL);
+    if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      fprintf(stderr, "metadata failed\n");
+      return 1;
+    }
+    np = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    parts = rd_kafka_topic_partition_list_new(np);
+    for (p = 0; p < np; p++)
+      rd_kafka_topic_partition_list_add(parts, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    t0 = wall();
+    rd_kafka_assign(rk, parts);
+    while (got < n && wall() - t0 < 120) {
+      rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+      if (m) {
+        if (!m->err) got++;
+        rd_kafka_message_destroy(m);
+      }
+    }
+    t1 = wall();
+    if (r > 0) printf("consume\t%ld\tnone\t%.0f\n", size, (double)got / (t1 - t0));
+    if (got < n) fprintf(stderr, "rdkafka_bench: consumed %ld of %ld\n", got, n);
+    fflush(stdout);
+    rd_kafka_topic_partition_list_destroy(parts);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+  }
+  free(payload);
+  return 0;
+}
