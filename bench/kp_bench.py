@@ -2,6 +2,7 @@
 """bench/kp_bench.py: kafka-python doing what bench/codec.lua does (RecordBatch
 v2 encode and decode of 10,000 messages); same output format. Run with
 /usr/bin/python3 (Debian's python3-kafka, python3-crc32c for its C CRC)."""
+import gc
 import os
 import time
 
@@ -18,6 +19,7 @@ def median(f):
     f()
     t = []
     for _ in range(RUNS):
+        gc.collect()
         t0 = time.process_time()
         f()
         t.append(time.process_time() - t0)

@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
       rd_kafka_topic_partition_list_add(parts, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
     t0 = wall();
     rd_kafka_assign(rk, parts);
-    while (got < n && wall() - t0 < 120) {
+    while (got < n && wall() - t0 < 30) {
       rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
       if (m) {
         if (!m->err) got++;

@@ -47,8 +47,9 @@ collect("floor", lines(ROOT .. "/build/bench/floor"))
 io.stderr:write(("end to end, %d messages x %d runs, lua-kafka and librdkafka ...\n"):format(E2E_N, E2E_RUNS))
 local m = mock.start { brokers = 3 }
 for r = 0, E2E_RUNS do
-  m:cmd("topic e2e-lua-" .. r .. " 32")
-  m:cmd("topic e2e-rdk-" .. r .. " 32")
+  -- the mock keeps ~5 MB per partition: spread 100 MB wide
+  m:cmd("topic e2e-lua-" .. r .. " 200")
+  m:cmd("topic e2e-rdk-" .. r .. " 200")
 end
 collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s e2e-lua- %d %d 100"):format(env54, ROOT, m.bootstrap, E2E_N, E2E_RUNS)))
 collect("rdkafka", lines(("%s/build/bench/rdkafka_bench %s e2e-rdk- %d %d 100"):format(ROOT, m.bootstrap, E2E_N, E2E_RUNS)))
@@ -93,7 +94,7 @@ after a warm-up, all peers measured in the same run (`make bench`). Codec
 rows: messages per CPU-second, 10,000 messages per run. Floor: the same
 bytes through memcpy + compression + CRC-32C in C (bench/floor.c), what the
 hardware and libraries allow. End to end: wall clock against librdkafka's
-mock cluster (3 brokers, 32 partitions) on loopback.
+mock cluster (3 brokers, 200 partitions) on loopback.
 ]]):format(cpu, lines("nproc"):gsub("%s+", ""), os.date("!%Y-%m-%d"))
 local t = { header,
   "| operation | size | codec | lua-kafka Lua 5.4 | lua-kafka LuaJIT | peer | ratio (5.4/peer) | floor |",

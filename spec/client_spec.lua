@@ -253,6 +253,20 @@ describe("client against the mock cluster", function()
     assert.matches("has no partition 7", err)
   end)
 
+  it("a full buffer flushes inside send and the messages after it are kept", function()
+    m:cmd("topic autoflush 2")
+    local p = kafka.producer.new(client, { max_buffered = 10, linger_ms = 5 })
+    for i = 1, 35 do assert(p:send("autoflush", "v" .. i)) end
+    client.sleep(10)
+    for i = 36, 40 do assert(p:send("autoflush", "v" .. i)) end -- past linger: flushes first
+    local reports, failed = p:flush()
+    assert.are.equal(40, #reports)
+    assert.are.equal(0, failed)
+    for i, r in ipairs(reports) do assert.are.equal(i, r.id) end
+    local _, got = consume_all(client, "autoflush", 40)
+    assert.are.equal(40, got)
+  end)
+
   it("delivery_reports = errors: successes are counted, not reported", function()
     m:cmd("topic quiet 2")
     local p = kafka.producer.new(client, { delivery_reports = "errors" })

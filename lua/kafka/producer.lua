@@ -72,6 +72,7 @@ function _M.new(client_or_opts, opts)
     queues = {},        -- topic -> partition -> array of batches (FIFO)
     order = {},         -- topic -> partition -> true, in first-seen order
     sticky = {},        -- topic -> partition for unkeyed messages
+    last_sticky = {},   -- topic -> the previous sticky partition
     nbuf = 0,
     nbytes = 0,
     first_time = nil,
@@ -79,7 +80,7 @@ function _M.new(client_or_opts, opts)
     reports = {},
     only_errors = opts.delivery_reports == "errors",
     delivered = 0,
-    pcount = {},        -- topic -> partition count (cached for a second)
+    pcount = {},        -- topic -> partition count (cached for 4096 sends)
     ptime = {},
     rng = math.random,
   }, mt)
@@ -104,10 +105,13 @@ function _M:_partition(topic, key, n)
     return (proto.murmur2(key) % 2147483648) % n
   end
   if p == "murmur2" then return (proto.murmur2("") % 2147483648) % n end
+  -- sticky: one partition per batch; the next batch takes the next
+  -- partition round-robin (from a random start), which spreads evenly
   local s = self.sticky[topic]
   if not s or s >= n then
-    s = self.rng(0, n - 1)
-    self.sticky[topic] = s
+    local last = self.last_sticky[topic]
+    s = last and (last + 1) % n or self.rng(0, n - 1)
+    self.sticky[topic], self.last_sticky[topic] = s, s
   end
   return s
 end
@@ -141,27 +145,32 @@ function _M:send(topic, value, o)
   if size > self.max_message_bytes then
     return nil, ("message of %d bytes exceeds max_message_bytes (%d)"):format(size, self.max_message_bytes), "too_large"
   end
-  local now = self.client.now()
-  if self.nbuf > 0 and (self.nbuf >= self.max_buffered or self.nbytes + size > self.max_buffered_bytes) then
-    if not self.flush_on_full then
-      return nil, ("producer buffer full (%d messages, %d bytes): flush() first"):format(self.nbuf, self.nbytes),
-        "buffer_full"
+  local nbuf = self.nbuf
+  if nbuf > 0 then
+    if nbuf >= self.max_buffered or self.nbytes + size > self.max_buffered_bytes then
+      if not self.flush_on_full then
+        return nil, ("producer buffer full (%d messages, %d bytes): flush() first"):format(nbuf, self.nbytes),
+          "buffer_full"
+      end
+      self:_flush()
+    elseif nbuf % 64 == 0 and self.client.now() - self.first_time >= self.linger_ms then
+      -- the clock is read every 64 messages: linger is not worth a syscall each
+      self:_flush()
     end
-    self:_flush()
-  elseif self.first_time and now - self.first_time >= self.linger_ms then
-    self:_flush()
+    nbuf = self.nbuf
   end
-  local magic, err, code = self.magic, nil, nil
+  local magic = self.magic
+  local err, code
   if not magic then
     magic, err, code = self:_magic()
     if not magic then return nil, err, code end
   end
-  -- the partition count, asked of the client at most once a second
+  -- the partition count, asked of the client at most once every 4096 sends
   local n = self.pcount[topic]
-  if not n or now - self.ptime[topic] > 1000 then
+  if not n or self.seq >= self.ptime[topic] then
     n, err, code = self.client:partitions(topic)
     if not n then return nil, err, code end
-    self.pcount[topic], self.ptime[topic] = n, now
+    self.pcount[topic], self.ptime[topic] = n, self.seq + 4096
   end
   if partition == nil then
     partition = self:_partition(topic, key, n)
@@ -181,25 +190,37 @@ function _M:send(topic, value, o)
     table.insert(self.order[topic], partition)
   end
   local batch = q[#q]
-  if not batch or batch.encoded or batch.size + size > self.batch_size then
+  if not batch or batch.sealed or batch.size + size > self.batch_size then
     -- a full batch ends the sticky choice: the next unkeyed message goes
     -- to a partition picked anew
     if batch and key == nil and not (o and o.partition) then self.sticky[topic] = nil end
     if self.codec == "zstd" and magic < 2 then
       return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
     end
-    batch = { b = proto.batch { magic = magic, compression = self.codec }, ids = {}, size = 0, attempts = 0 }
+    batch = { b = proto.batch { magic = magic, compression = self.codec }, runs = {}, count = 0, size = 0,
+              attempts = 0 }
     q[#q + 1] = batch
   end
   local ok, berr = batch.b:append(value, key, headers, ts)
   if not ok then return nil, berr, "invalid" end
-  self.seq = self.seq + 1
-  batch.ids[#batch.ids + 1] = self.seq
+  local seq = self.seq + 1
+  self.seq = seq
+  -- message ids as runs {first, count, first, count, ...}: consecutive
+  -- sends to one partition (sticky or keyed alike) cost no table growth
+  local runs = batch.runs
+  local nr = #runs
+  if nr > 0 and runs[nr - 1] + runs[nr] == seq then
+    runs[nr] = runs[nr] + 1
+  else
+    runs[nr + 1] = seq
+    runs[nr + 2] = 1
+  end
+  batch.count = batch.count + 1
   batch.size = batch.size + size
-  self.nbuf = self.nbuf + 1
+  self.nbuf = nbuf + 1
   self.nbytes = self.nbytes + size
-  if not self.first_time then self.first_time = now end
-  return self.seq
+  if nbuf == 0 then self.first_time = self.client.now() end
+  return seq
 end
 
 function _M:_report(r)
@@ -208,25 +229,24 @@ function _M:_report(r)
 end
 
 function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
-  if not err then self.delivered = self.delivered + #batch.ids end
-  if not err and self.only_errors and not self.on_delivery then
-    -- success reports not wanted: count them, build nothing
-    self.nbuf = self.nbuf - #batch.ids
-    self.nbytes = self.nbytes - batch.size
-    if batch.b then batch.b:close() end
-    return
-  end
-  for i, id in ipairs(batch.ids) do
-    if err then
-      self:_report { id = id, topic = topic, partition = partition, err = err, code = code, error_code = kcode }
-    else
-      self:_report { id = id, topic = topic, partition = partition,
-        offset = base_offset >= 0 and base_offset + i - 1 or -1 }
-    end
-  end
-  self.nbuf = self.nbuf - #batch.ids
+  local count = batch.count
+  if not err then self.delivered = self.delivered + count end
+  self.nbuf = self.nbuf - count
   self.nbytes = self.nbytes - batch.size
   if batch.b then batch.b:close() end
+  if not err and self.only_errors and not self.on_delivery then return end -- counted, not reported
+  local runs, i = batch.runs, 0
+  for r = 1, #runs, 2 do
+    for id = runs[r], runs[r] + runs[r + 1] - 1 do
+      if err then
+        self:_report { id = id, topic = topic, partition = partition, err = err, code = code, error_code = kcode }
+      else
+        self:_report { id = id, topic = topic, partition = partition,
+          offset = base_offset >= 0 and base_offset + i or -1 }
+      end
+      i = i + 1
+    end
+  end
 end
 
 -- One round: the first batch of every partition, one request per leader.
@@ -243,11 +263,10 @@ function _M:_round(deadline)
         local conn
         if leader then conn, err, code = self.client:broker(leader) end
         if conn then
-          if not batch.encoded then
-            batch.encoded = batch.b:encode()
-            batch.b:close()
-            batch.b = nil
-          end
+          -- sealed: later messages go to a new batch. The builder itself goes
+          -- into the request (encoded straight into the frame, no string);
+          -- a retry encodes the same bytes again.
+          batch.sealed = true
           local req = by_leader[conn]
           if not req then
             req = { topics = {}, list = {} }
@@ -259,7 +278,7 @@ function _M:_round(deadline)
             req.topics[topic] = t
             req.list[#req.list + 1] = t
           end
-          t.partition_data[#t.partition_data + 1] = { index = partition, records = batch.encoded }
+          t.partition_data[#t.partition_data + 1] = { index = partition, records = batch.b }
         else
           retry = self:_retry(topic, partition, batch, err, code) or retry
         end
