@@ -60,7 +60,7 @@ test-luajit:
 	LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit $(BUSTED) spec/luajit_smoke.lua
 
 lint:
-	luacheck lua spec examples tools
+	luacheck lua spec examples tools bench
 	cppcheck --enable=warning,performance,portability,style --error-exitcode=1 --inline-suppr -q \
 	  --std=c99 -I csrc csrc/*.c fuzz/*.c spec/support/mockbroker.c
 	$(MAKE) clean-objs

@@ -709,6 +709,27 @@ static int r_batch(void *u, const kf_batch_info *b) {
   return 0;
 }
 
+/* Pushes a record's headers as an array of {key=, value=} (value absent
+ * when null). */
+static void push_headers(lua_State *L, const kf_record *r) {
+  kf_reader hr;
+  const uint8_t *k, *v;
+  size_t kl, vl;
+  int i = 0;
+  kf_r_init(&hr, r->headers, r->headers_len);
+  lua_createtable(L, (int)r->nheaders, 0);
+  while (kf_headers_next(&hr, &k, &kl, &v, &vl)) {
+    lua_createtable(L, 0, 2);
+    lua_pushlstring(L, (const char *)k, kl);
+    lua_setfield(L, -2, "key");
+    if (v) {
+      lua_pushlstring(L, (const char *)v, vl);
+      lua_setfield(L, -2, "value");
+    }
+    lua_rawseti(L, -2, ++i);
+  }
+}
+
 static int r_record(void *u, const kf_record *r) {
   lrec *c = (lrec *)u;
   lua_State *L = c->L;
@@ -726,22 +747,7 @@ static int r_record(void *u, const kf_record *r) {
     lua_setfield(L, -2, "value");
   }
   if (r->nheaders) {
-    kf_reader hr;
-    const uint8_t *k, *v;
-    size_t kl, vl;
-    int i = 0;
-    kf_r_init(&hr, r->headers, r->headers_len);
-    lua_createtable(L, (int)r->nheaders, 0);
-    while (kf_headers_next(&hr, &k, &kl, &v, &vl)) {
-      lua_createtable(L, 0, 2);
-      lua_pushlstring(L, (const char *)k, kl);
-      lua_setfield(L, -2, "key");
-      if (v) {
-        lua_pushlstring(L, (const char *)v, vl);
-        lua_setfield(L, -2, "value");
-      }
-      lua_rawseti(L, -2, ++i);
-    }
+    push_headers(L, r);
     lua_setfield(L, -2, "headers");
   }
   if (r->crc >= 0) {
@@ -1019,22 +1025,7 @@ static int c_record(void *u, const kf_record *r) {
     lua_rawseti(L, c->base + 4, i);
   }
   if (r->nheaders || r->control) {
-    kf_reader hr;
-    const uint8_t *k, *v;
-    size_t kl, vl;
-    int j = 0;
-    kf_r_init(&hr, r->headers, r->headers_len);
-    lua_createtable(L, (int)r->nheaders, r->control ? 1 : 0);
-    while (kf_headers_next(&hr, &k, &kl, &v, &vl)) {
-      lua_createtable(L, 0, 2);
-      lua_pushlstring(L, (const char *)k, kl);
-      lua_setfield(L, -2, "key");
-      if (v) {
-        lua_pushlstring(L, (const char *)v, vl);
-        lua_setfield(L, -2, "value");
-      }
-      lua_rawseti(L, -2, ++j);
-    }
+    push_headers(L, r);
     if (r->control) {
       lua_pushboolean(L, 1);
       lua_setfield(L, -2, "control");

@@ -19,7 +19,8 @@ local ksocket = require "kafka.socket"
 
 local errors = proto.errors
 local math, table = math, table
-local setmetatable, tostring, tonumber, type, ipairs, pairs, next = setmetatable, tostring, tonumber, type, ipairs, pairs, next
+local setmetatable, getmetatable = setmetatable, getmetatable
+local tostring, tonumber, type, ipairs, pairs, next = tostring, tonumber, type, ipairs, pairs, next
 
 local _M = {}
 local mt = { __index = _M }
@@ -332,6 +333,13 @@ function _M:coordinator(key, key_type)
     last_err, last_code = err, code
   end
   return nil, last_err, last_code
+end
+
+-- ensure(client_or_opts) -> client, owned: a client passed in is used as
+-- it is; options make a new client that the caller owns (and closes).
+function _M.ensure(x)
+  if type(x) == "table" and getmetatable(x) == mt then return x, false end
+  return _M.new(x), true
 end
 
 function _M:close()

@@ -26,17 +26,9 @@ local setmetatable, tostring, type, ipairs, error = setmetatable, tostring, type
 local _M = {}
 local mt = { __index = _M }
 
-local function is_client(x)
-  return type(x) == "table" and type(x.refresh) == "function" and type(x.leader) == "function"
-end
-
 function _M.new(client_or_opts, opts)
   opts = opts or {}
-  local client, own = client_or_opts, false
-  if not is_client(client) then
-    client = client_mod.new(client_or_opts)
-    own = true
-  end
+  local client, own = client_mod.ensure(client_or_opts)
   local reset = opts.auto_offset_reset or "latest"
   if reset ~= "latest" and reset ~= "earliest" and reset ~= "error" then
     error("kafka.consumer.new: auto_offset_reset must be latest, earliest or error", 2)

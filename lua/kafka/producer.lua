@@ -33,17 +33,9 @@ local setmetatable, tostring, type, ipairs, pairs, error = setmetatable, tostrin
 local _M = {}
 local mt = { __index = _M }
 
-local function is_client(x)
-  return type(x) == "table" and type(x.refresh) == "function" and type(x.leader) == "function"
-end
-
 function _M.new(client_or_opts, opts)
   opts = opts or {}
-  local client, own = client_or_opts, false
-  if not is_client(client) then
-    client = client_mod.new(client_or_opts)
-    own = true
-  end
+  local client, own = client_mod.ensure(client_or_opts)
   local codec = opts.compression or "none"
   if not proto.compression[codec] then error("kafka.producer.new: unknown compression " .. tostring(codec), 2) end
   if type(codec) == "number" then codec = proto.compression[codec] end
