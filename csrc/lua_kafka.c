@@ -667,11 +667,31 @@ typedef struct lrec {
   lua_State *L;
   int msgs, batches, errors;
   int nmsg, nbatch, nerr;
+  /* consumer options (decode_records): */
+  int want_batches;    /* build the batches array */
+  int set_base, nset;  /* key/value pairs copied into every message */
+  int skip_control;    /* leave out control records */
+  int64_t min_offset;  /* leave out records below it */
+  int64_t next;        /* one past the highest offset seen (0: none) */
 } lrec;
+
+/* Options of the records decoders beyond kf_rec_opts. */
+typedef struct rec_extra {
+  int into;            /* stack index of a table to append to, or 0 */
+  int set;             /* stack index of a table of fields to copy, or 0 */
+  int skip_control;
+  int batches;         /* build the batches array */
+  int64_t min_offset;
+} rec_extra;
 
 static int r_batch(void *u, const kf_batch_info *b) {
   lrec *c = (lrec *)u;
   lua_State *L = c->L;
+  if (b->magic == 2) {
+    int64_t end = kf_add64(b->base_offset, (int64_t)b->last_offset_delta + 1);
+    if (end > c->next) c->next = end; /* control and compacted batches move us on too */
+  }
+  if (!c->want_batches) return 0;
   lua_createtable(L, 0, 16);
   kf_pushi64(L, b->base_offset);
   lua_setfield(L, -2, "base_offset");
@@ -733,7 +753,15 @@ static void push_headers(lua_State *L, const kf_record *r) {
 static int r_record(void *u, const kf_record *r) {
   lrec *c = (lrec *)u;
   lua_State *L = c->L;
-  lua_createtable(L, 0, 6);
+  int j;
+  if (r->offset >= c->next) c->next = kf_add64(r->offset, 1);
+  if (r->offset < c->min_offset || (c->skip_control && r->control)) return 0;
+  lua_createtable(L, 0, 6 + c->nset);
+  for (j = 0; j < c->nset; j++) {
+    lua_pushvalue(L, c->set_base + 2 * j);
+    lua_pushvalue(L, c->set_base + 2 * j + 1);
+    lua_rawset(L, -3);
+  }
   kf_pushi64(L, r->offset);
   lua_setfield(L, -2, "offset");
   kf_pushi64(L, r->timestamp);
@@ -770,24 +798,44 @@ static int r_problem(void *u, int code, const char *msg) {
   return 0;
 }
 
-/* Decodes records into a messages table left on the stack, with fields
- * batches, partial (when true) and errors (when any). Returns 0, or -1
- * (nothing pushed) when the blob's framing is corrupt. */
+/* Decodes records into a messages table left on the stack (x->into, or a
+ * new one), with fields batches, partial (when true) and errors (when
+ * any). Returns 0, or -1 (nothing pushed) when the blob's framing is
+ * corrupt. *next gets one past the highest offset seen (0: none). */
 static int push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
-                        kf_err *e) {
+                        const rec_extra *x, int64_t *next, kf_err *e) {
   lrec c;
   kf_rec_visitor v;
   kf_rec_result res;
   int base = lua_gettop(L);
-  luaL_checkstack(L, 12, "records");
-  lua_newtable(L);
+  luaL_checkstack(L, 40, "records");
+  if (x && x->into) lua_pushvalue(L, x->into);
+  else lua_newtable(L);
   lua_newtable(L);
   lua_newtable(L);
   c.L = L;
   c.msgs = base + 1;
   c.batches = base + 2;
   c.errors = base + 3;
-  c.nmsg = c.nbatch = c.nerr = 0;
+  c.nmsg = (int)lua_rawlen(L, base + 1);
+  c.nbatch = c.nerr = 0;
+  c.want_batches = x ? x->batches : 1;
+  c.skip_control = x ? x->skip_control : 0;
+  c.min_offset = x ? x->min_offset : INT64_MIN;
+  c.next = 0;
+  c.set_base = base + 4;
+  c.nset = 0;
+  if (x && x->set) {
+    lua_pushnil(L);
+    while (lua_next(L, x->set)) {
+      if (c.nset == 16) luaL_error(L, "decode_records: at most 16 fields in 'set'");
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2); /* key, value, key -> keep key and value, next key on top */
+      lua_pushvalue(L, -2);
+      lua_remove(L, -3);
+      c.nset++;
+    }
+  }
   v.ud = &c;
   v.batch = r_batch;
   v.record = r_record;
@@ -796,8 +844,10 @@ static int push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_o
     lua_settop(L, base);
     return -1;
   }
-  lua_pushvalue(L, base + 2);
-  lua_setfield(L, base + 1, "batches");
+  if (c.want_batches) {
+    lua_pushvalue(L, base + 2);
+    lua_setfield(L, base + 1, "batches");
+  }
   if (c.nerr) {
     lua_pushvalue(L, base + 3);
     lua_setfield(L, base + 1, "errors");
@@ -807,6 +857,7 @@ static int push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_o
     lua_setfield(L, base + 1, "partial");
   }
   lua_settop(L, base + 1);
+  if (next) *next = c.next;
   return 0;
 }
 
@@ -818,7 +869,7 @@ static int d_records(void *u, const kf_field *f, const uint8_t *p, size_t n, siz
   if (!p) return 0; /* null records: absent */
   if (c->raw_records) {
     lua_pushlstring(L, (const char *)p, n);
-  } else if (push_records(L, p, n, &c->ro, c->bx, &re)) {
+  } else if (push_records(L, p, n, &c->ro, c->bx, NULL, NULL, &re)) {
     /* Corrupt framing stays inside this partition: the frame around it is
      * intact, so report it here and go on with the rest. */
     lua_createtable(L, 0, 2);
@@ -973,18 +1024,39 @@ static int l_encode_records(lua_State *L) {
   return box_done(bx, 1);
 }
 
-/* decode_records(bytes [, opts]) -> messages, info {batches, partial, errors}. */
+/* decode_records(bytes [, opts]) -> messages, info {batches, partial, errors,
+ * count, next_offset}. Besides the decode options, opts may hold the
+ * consumer's: into (append to this table), set (fields copied into every
+ * message), min_offset (leave out records below it), skip_control (leave
+ * out control records), batches = false (no batches array). */
 static int l_decode_records(lua_State *L) {
   size_t n;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
   kf_err e = {0, {0}};
   ldec c;
   box *bx;
+  rec_extra x = {0, 0, 0, 1, INT64_MIN};
+  int64_t next = 0;
   dec_opts(L, 2, &c);
   lua_settop(L, 2);
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "into");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_istable(L, -1), 2, "'into' must be a table");
+      x.into = lua_gettop(L);
+    }
+    lua_getfield(L, 2, "set");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_istable(L, -1), 2, "'set' must be a table");
+      x.set = lua_gettop(L);
+    }
+    opt_int(L, 2, "min_offset", INT64_MIN, &x.min_offset);
+    x.skip_control = opt_bool(L, 2, "skip_control", 0);
+    x.batches = opt_bool(L, 2, "batches", 1);
+  }
   bx = box_new(L);
-  if (push_records(L, p, n, &c.ro, bx, &e)) return box_done(bx, push_fail(L, &e));
-  lua_createtable(L, 0, 4);
+  if (push_records(L, p, n, &c.ro, bx, &x, &next, &e)) return box_done(bx, push_fail(L, &e));
+  lua_createtable(L, 0, 6);
   lua_getfield(L, -2, "batches");
   lua_setfield(L, -2, "batches");
   lua_getfield(L, -2, "errors");
@@ -995,6 +1067,19 @@ static int l_decode_records(lua_State *L) {
   lua_pop(L, 1);
   lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -2));
   lua_setfield(L, -2, "count");
+  if (next) {
+    kf_pushi64(L, next);
+    lua_setfield(L, -2, "next_offset");
+  }
+  if (x.into) {
+    /* the messages were appended to 'into': their fields stay out of it */
+    lua_pushnil(L);
+    lua_setfield(L, -3, "batches");
+    lua_pushnil(L);
+    lua_setfield(L, -3, "errors");
+    lua_pushnil(L);
+    lua_setfield(L, -3, "partial");
+  }
   return box_done(bx, 2);
 }
 

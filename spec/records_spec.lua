@@ -77,6 +77,28 @@ describe("records", function()
     assert.is_nil(proto.decode_columns(("\0"):rep(8) .. "\255\255\255\255" .. ("\0"):rep(20)))
   end)
 
+  it("decode_records for consumers: into, set, min_offset, skip_control, next_offset", function()
+    local data = proto.encode_records({ { value = "a" }, { value = "b" }, { value = "c" } }, { base_offset = 10,
+      compression = "lz4" })
+      .. proto.encode_records({ { key = "\0\0\0\0", value = "\0\0\0\0\0\0" } }, { base_offset = 13, control = true })
+    local out = { "kept" }
+    local msgs, info = proto.decode_records(data, { into = out, set = { topic = "t", partition = 2, high_watermark = 99 },
+      min_offset = 11, skip_control = true, batches = false })
+    assert.are.equal(out, msgs)
+    assert.are.equal(3, #out)
+    assert.are.equal("kept", out[1])
+    assert.are.same({ "b", "c" }, { out[2].value, out[3].value })
+    assert.are.same({ "t", 2, 99 }, { out[2].topic, out[2].partition, out[2].high_watermark })
+    assert.are.equal(14, info.next_offset) -- past the control batch
+    assert.is_nil(info.batches)
+    assert.is_nil(out.batches)
+    -- without the options: everything, control record included
+    local all = proto.decode_records(data)
+    assert.are.equal(4, #all)
+    assert.is_true(all[4].control)
+    assert.has_error(function() proto.decode_records(data, { into = 5 }) end)
+  end)
+
   it("keeps null and empty keys and values apart", function()
     for _, magic in ipairs({ 0, 1, 2 }) do
       local got = proto.decode_records(proto.encode_records({ { key = "", value = nil }, { key = nil, value = "" } },

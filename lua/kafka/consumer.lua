@@ -43,7 +43,9 @@ function _M.new(client_or_opts, opts)
     fetch_max_bytes = opts.fetch_max_bytes or 52428800,
     max_partition_fetch_bytes = opts.max_partition_fetch_bytes or 1048576,
     isolation_level = opts.isolation_level or 0,
-    decode_opts = { check_crc = opts.check_crcs ~= false, max_decompressed = opts.max_decompressed },
+    decode_opts = { check_crc = opts.check_crcs ~= false, max_decompressed = opts.max_decompressed,
+                    skip_control = true, batches = false },
+    fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
     retry_backoff_ms = opts.retry_backoff_ms or 100,
     parts = {},   -- array of partition states
     index = {},   -- "topic\0partition" -> state
@@ -93,7 +95,7 @@ function _M:assign(list)
     off, err, code = self:_resolve(a.topic, a.partition, start)
     if not off then return nil, err, code end
     local st = { topic = a.topic, partition = a.partition, offset = off, fetch_bytes = self.max_partition_fetch_bytes,
-                 high_watermark = -1 }
+                 high_watermark = -1, set = { topic = a.topic, partition = a.partition } }
     parts[#parts + 1] = st
     index[pkey(a.topic, a.partition)] = st
   end
@@ -145,42 +147,31 @@ function _M:_partition_result(st, pr, out)
     return nil, ("%s/%d: %s (%s)"):format(st.topic, st.partition, e.name, e.message), "kafka", ec
   end
   st.high_watermark = pr.high_watermark
-  local recs = pr.records
-  if not recs then return true end
-  if recs.errors then
+  local raw = pr.records
+  if not raw or #raw == 0 then return true end
+  -- decoded in C straight into `out`: records below the position (a
+  -- compressed batch starts early) and control records are left out,
+  -- topic/partition/high_watermark set in every message
+  local opts = self.decode_opts
+  local set = st.set
+  set.high_watermark = pr.high_watermark
+  opts.into, opts.set, opts.min_offset = out, set, st.offset
+  local before = #out
+  local _, info, code = proto.decode_records(raw, opts)
+  opts.into, opts.set = nil, nil
+  if not info or (type(info) == "table" and info.errors) then
     -- a corrupt batch is never skipped silently: the position stays put
-    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, recs.errors[1]), "corrupt"
+    for i = #out, before + 1, -1 do out[i] = nil end
+    local msg = type(info) == "table" and info.errors[1] or info
+    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(msg)), code or "corrupt"
   end
-  local pos = st.offset
-  local next_pos = pos
-  local hw = pr.high_watermark
-  local topic, partition = st.topic, st.partition
-  local n = #out
-  for i = 1, #recs do
-    local m = recs[i]
-    local off = m.offset
-    if off >= pos then
-      if not m.control then
-        n = n + 1
-        m.topic, m.partition, m.high_watermark = topic, partition, hw
-        m.crc = nil
-        out[n] = m
-      end
-      next_pos = off + 1
-    end
-  end
-  -- batches wholly skipped (control batches, compacted gaps) still move us on
-  for _, b in ipairs(recs.batches or {}) do
-    if b.magic == 2 then
-      local last = b.base_offset + b.last_offset_delta
-      if last + 1 > next_pos and last >= pos then next_pos = last + 1 end
-    end
-  end
-  if next_pos == pos and #recs == 0 and recs.partial then
+  local next_pos = info.next_offset
+  if next_pos and next_pos > st.offset then
+    st.offset = next_pos
+  elseif info.partial and #out == before then
     -- the first batch is larger than we asked for (old brokers): ask for more
     st.fetch_bytes = math.min(st.fetch_bytes * 2, self.fetch_max_bytes)
   end
-  st.offset = next_pos
   return true
 end
 
@@ -231,7 +222,7 @@ function _M:poll(timeout_ms)
       corr = conn:send(1, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
         max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
         session_epoch = -1, topics = req.list, forgotten_topics_data = {}, rack_id = "" },
-        { timeout_ms = wait, decode = self.decode_opts })
+        { timeout_ms = wait, decode = self.fetch_decode })
     end
     sent[#sent + 1] = { conn = conn, corr = corr }
   end
