@@ -145,9 +145,9 @@ function _M:send(topic, value, o)
           "buffer_full"
       end
       self:_flush()
-    elseif nbuf % 64 == 0 and self.client.now() - self.first_time >= self.linger_ms then
+    elseif nbuf % 64 == 0 and self.first_time and self.client.now() - self.first_time >= self.linger_ms then
       -- the clock is read every 64 messages: linger is not worth a syscall each
-      self:_flush()
+      self:_kick()
     end
     nbuf = self.nbuf
   end
@@ -211,7 +211,7 @@ function _M:send(topic, value, o)
   batch.size = batch.size + size
   self.nbuf = nbuf + 1
   self.nbytes = self.nbytes + size
-  if nbuf == 0 then self.first_time = self.client.now() end
+  if not self.first_time then self.first_time = self.client.now() end
   return seq
 end
 
@@ -241,9 +241,11 @@ function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
   end
 end
 
--- One round: the first batch of every partition, one request per leader.
--- Returns true when something is left to retry.
-function _M:_round(deadline)
+-- Sends one round: the first batch of every partition, one request per
+-- leader, every request before any answer is read (brokers work in
+-- parallel). A batch whose leader is unknown counts an attempt. Returns
+-- the requests sent, and true when something waits for a retry.
+function _M:_send_round()
   local by_leader = {}
   local retry = false
   for topic, tq in pairs(self.queues) do
@@ -289,6 +291,13 @@ function _M:_round(deadline)
     end
     sent[#sent + 1] = { conn = conn, req = req, corr = corr, err = err, code = code }
   end
+  return sent, retry
+end
+
+-- Reads the answers to a round and settles its batches. Returns true when
+-- something is left to retry.
+function _M:_collect(sent)
+  local retry = false
   for _, s in ipairs(sent) do
     local resp, err, code = nil, s.err, s.code
     if s.corr then
@@ -332,6 +341,11 @@ function _M:_round(deadline)
       end
     end
   end
+  return retry
+end
+
+-- Fails everything still queued when the flush deadline has passed.
+function _M:_expire(deadline)
   if self.client.now() > deadline then
     -- not sent in time: report every remaining message as not delivered
     for topic, tq in pairs(self.queues) do
@@ -342,9 +356,23 @@ function _M:_round(deadline)
         end
       end
     end
-    return false
+    return true
   end
-  return retry
+  return false
+end
+
+
+-- What send() does when linger is over: read the answers to the round in
+-- flight (normally already there), then send the next round and return
+-- without waiting. A partition's next batch goes out only after the
+-- previous one is settled, so retries never reorder a partition.
+function _M:_kick()
+  if self.in_flight then
+    self:_collect(self.in_flight)
+    self.in_flight = nil
+  end
+  self.in_flight = self:_send_round()
+  self.first_time = nil
 end
 
 -- Counts an attempt; fails the batch after max_retries. Returns true while
@@ -365,8 +393,14 @@ end
 
 function _M:_flush(timeout_ms)
   local deadline = self.client.now() + (timeout_ms or (self.timeout_ms + 30000))
+  if self.in_flight then
+    self:_collect(self.in_flight)
+    self.in_flight = nil
+  end
   while self.nbuf > 0 do
-    local retry = self:_round(deadline)
+    local sent, retry = self:_send_round()
+    retry = self:_collect(sent) or retry
+    if self:_expire(deadline) then break end
     if retry then self.client.sleep(self.retry_backoff_ms) end
   end
   -- drop emptied queues so topics not used any more cost nothing
@@ -379,7 +413,6 @@ function _M:_flush(timeout_ms)
     end
   end
   self.first_time = nil
-  self.nbytes = 0
   self.sticky = {}
 end
 
