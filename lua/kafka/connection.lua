@@ -124,6 +124,7 @@ function _M:_raw(api, version, body)
   local frame
   frame, err, code = self:_read_frame(self.request_timeout_ms)
   if not frame then return nil, err, code end
+  self.inflight[self.first] = nil
   self.first = self.first + 1
   local got = be32(frame, 5)
   if got ~= corr then
