@@ -24,6 +24,22 @@ describe("fuzz regressions", function()
     end
   end)
 
+  it("zstd: a legacy (pre-1.0) frame is refused before its decoder allocates (fuzz_decompress, 128 MiB)", function()
+    local data = read("fuzz-zstd-window.bin")
+    local ok, err, code = proto.decompress("zstd", data, 1 << 20)
+    assert.is_nil(ok)
+    assert.are.equal("corrupt", code)
+    assert.matches("no zstd frame at byte 0", err)
+    -- real zstd frames, several in a row, still decode; a frame whose window
+    -- is larger than the limit is refused
+    local two = proto.compress("zstd", ("a"):rep(5000)) .. proto.compress("zstd", ("b"):rep(5000))
+    assert.are.equal(("a"):rep(5000) .. ("b"):rep(5000), proto.decompress("zstd", two, 1 << 20))
+    local big = proto.compress("zstd", ("c"):rep(3 << 20))
+    ok, err = proto.decompress("zstd", big, 4096)
+    assert.is_nil(ok)
+    assert.is_string(err)
+  end)
+
   it("timestamps and offsets at the ends of the int64 range round-trip (wrapping deltas)", function()
     local msgs = { { value = "a", timestamp = math.maxinteger }, { value = "b", timestamp = math.mininteger },
                    { value = "c", timestamp = 0 } }
