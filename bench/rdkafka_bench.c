@@ -61,6 +61,9 @@ int main(int argc, char **argv) {
     set(conf, "bootstrap.servers", brokers);
     set(conf, "acks", "all");
     set(conf, "linger.ms", "5");
+    /* the mock keeps ~5 MB per partition: stick to a partition 1 ms, not
+     * 10, so no partition gets more than that (all runs read back fully) */
+    set(conf, "sticky.partitioning.linger.ms", "1");
     set(conf, "queue.buffering.max.messages", "2000000");
     set(conf, "queue.buffering.max.kbytes", "2000000");
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);

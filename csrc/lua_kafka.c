@@ -505,18 +505,27 @@ static int e_records(void *u, const kf_field *f, kf_writer *w, int kind, int nul
     const char *p = lua_tolstring(L, -1, &n);
     kf_w_lenbytes(w, kind, p, n);
   } else if (t == LUA_TTABLE || luaL_testudata(L, -1, BATCH_MT)) {
-    kf_writer *tmp = &c->bx->tmp;
-    tmp->len = 0;
+    /* An int32 length is back-patched: the records go straight into the
+     * frame. A compact length is a varint of unknown size: go through tmp. */
+    kf_writer *dst = kind == 32 ? w : &c->bx->tmp;
+    size_t at = 0;
+    if (kind == 32) at = kf_w_slot(w, 4);
+    else dst->len = 0;
     if (t == LUA_TTABLE) {
-      rc = encode_messages(L, lua_gettop(L), c->magic, c->bx, tmp, e);
+      rc = encode_messages(L, lua_gettop(L), c->magic, c->bx, dst, e);
     } else {
       kf_batch_opts o;
       lbatch *lb = (lbatch *)lua_touserdata(L, -1);
       if (!lb->live) luaL_error(L, "record batch builder is closed");
       kf_batch_opts_default(&o);
-      rc = kf_batch_encode(&lb->b, &o, tmp, e);
+      rc = kf_batch_encode(&lb->b, &o, dst, e);
     }
-    if (!rc) kf_w_lenbytes(w, kind, tmp->len ? tmp->buf : (const uint8_t *)"", tmp->len);
+    if (!rc && kind == 32) {
+      if (w->len - at - 4 > INT32_MAX) w->err = KF_EVALUE;
+      else kf_w_patch32(w, at, (uint32_t)(w->len - at - 4));
+    } else if (!rc) {
+      kf_w_lenbytes(w, kind, dst->len ? dst->buf : (const uint8_t *)"", dst->len);
+    }
   } else {
     lua_pop(L, 1);
     return -1;

@@ -14,6 +14,8 @@
 -- topic)), max_buffered (100000 messages), max_buffered_bytes (64 MiB),
 -- flush_on_full (true: a full buffer flushes; false: send returns
 -- nil, "buffer full", "buffer_full"), max_message_bytes (1000000),
+-- max_request_bytes (1048576: a Produce request carries batches up to this
+-- size, more requests are pipelined),
 -- timeout_ms (30000, the broker-side produce timeout), on_delivery
 -- (function(report), called for every message as its outcome is known),
 -- delivery_reports ("all", or "errors": flush() then returns only the
@@ -58,6 +60,7 @@ function _M.new(client_or_opts, opts)
     max_buffered_bytes = opts.max_buffered_bytes or 64 * 1048576,
     flush_on_full = opts.flush_on_full ~= false,
     max_message_bytes = opts.max_message_bytes or 1000000,
+    max_request_bytes = opts.max_request_bytes or 1048576,
     timeout_ms = opts.timeout_ms or 30000,
     on_delivery = opts.on_delivery,
     magic = opts.magic, -- decided from the broker's Produce version on first use
@@ -246,7 +249,7 @@ end
 -- parallel). A batch whose leader is unknown counts an attempt. Returns
 -- the requests sent, and true when something waits for a retry.
 function _M:_send_round()
-  local by_leader = {}
+  local by_leader, reqs = {}, {}
   local retry = false
   for topic, tq in pairs(self.queues) do
     for _, partition in ipairs(self.order[topic]) do
@@ -261,11 +264,15 @@ function _M:_send_round()
           -- into the request (encoded straight into the frame, no string);
           -- a retry encodes the same bytes again.
           batch.sealed = true
+          -- requests stay under max_request_bytes (at least one batch each):
+          -- smaller frames recycle memory instead of faulting in fresh pages
           local req = by_leader[conn]
-          if not req then
-            req = { topics = {}, list = {} }
+          if not req or (req.size > 0 and req.size + batch.size > self.max_request_bytes) then
+            req = { topics = {}, list = {}, size = 0, conn = conn }
             by_leader[conn] = req
+            reqs[#reqs + 1] = req
           end
+          req.size = req.size + batch.size
           local t = req.topics[topic]
           if not t then
             t = { name = topic, partition_data = {} }
@@ -281,7 +288,8 @@ function _M:_send_round()
   end
   -- send every request first, then read the answers: brokers work in parallel
   local sent = {}
-  for conn, req in pairs(by_leader) do
+  for _, req in ipairs(reqs) do
+    local conn = req.conn
     local v, err, code = conn:version(0)
     local corr
     if v then
