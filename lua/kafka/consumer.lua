@@ -261,6 +261,54 @@ function _M:poll(timeout_ms)
   return out
 end
 
+-- Groups items by their topic: an array of {name = topic, [field] = {...}}
+-- whose lists hold make(item), in first-seen order (the shape of the
+-- OffsetCommit and OffsetFetch requests).
+local function by_topic(items, field, make)
+  local topics, list = {}, {}
+  for _, it in ipairs(items) do
+    local t = topics[it.topic]
+    if not t then
+      t = { name = it.topic, [field] = {} }
+      topics[it.topic] = t
+      list[#list + 1] = t
+    end
+    local l = t[field]
+    l[#l + 1] = make(it)
+  end
+  return list
+end
+
+-- Sends a request to the group coordinator, finding it again (and retrying)
+-- while the answer is retriable. check(resp) returns the result, or nil,
+-- err, code, kafka_code, retriable.
+function _M:_group_request(api, body, check)
+  local last_err, last_code, last_kcode
+  for attempt = 0, self.client.max_retries do
+    if attempt > 0 then self.client.sleep(self.retry_backoff_ms) end
+    local c, err, code = self.client:coordinator(self.group_id, 0)
+    local kcode, retriable
+    if c then
+      local resp
+      resp, err, code = c:request(api, body)
+      if resp then
+        local result
+        result, err, code, kcode, retriable = check(resp)
+        if result then return result end
+        if not retriable then return nil, err, code, kcode end
+      end
+    end
+    last_err, last_code, last_kcode = err, code, kcode
+  end
+  return nil, last_err, last_code, last_kcode
+end
+
+-- NOT_COORDINATOR (16) and the retriable codes send us to the coordinator again.
+local function kafka_error(what, code)
+  local e = errors.info(code)
+  return nil, what .. ": " .. e.name, "kafka", e.code, e.retriable or e.code == 16
+end
+
 -- commit([offsets]) -> true | nil, err, code. offsets: {{topic=, partition=,
 -- offset=, metadata=}}; default: the position of every assigned partition.
 function _M:commit(offsets)
@@ -269,44 +317,21 @@ function _M:commit(offsets)
     offsets = {}
     for i, st in ipairs(self.parts) do offsets[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
   end
-  local topics, list = {}, {}
-  for _, o in ipairs(offsets) do
-    local t = topics[o.topic]
-    if not t then
-      t = { name = o.topic, partitions = {} }
-      topics[o.topic] = t
-      list[#list + 1] = t
-    end
-    t.partitions[#t.partitions + 1] = { partition_index = o.partition, committed_offset = o.offset,
-      committed_leader_epoch = -1, commit_timestamp = -1, committed_metadata = o.metadata or "" }
-  end
-  local last_err, last_code, last_kcode
-  for attempt = 0, self.client.max_retries do
-    if attempt > 0 then self.client.sleep(self.retry_backoff_ms) end
-    local c, err, code = self.client:coordinator(self.group_id, 0)
-    if c then
-      local resp
-      resp, err, code = c:request(8, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
-        retention_time_ms = -1, topics = list })
-      if resp then
-        local retry = false
-        err = nil
-        for _, tr in ipairs(resp.topics or {}) do
-          for _, pr in ipairs(tr.partitions or {}) do
-            if pr.error_code ~= 0 then
-              local e = errors.info(pr.error_code)
-              err, code, last_kcode = ("commit %s/%d: %s"):format(tr.name, pr.partition_index, e.name), "kafka", e.code
-              if e.retriable or e.code == 16 then retry = true end
-            end
-          end
+  local list = by_topic(offsets, "partitions", function(o)
+    return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
+             commit_timestamp = -1, committed_metadata = o.metadata or "" }
+  end)
+  return self:_group_request(8, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
+    retention_time_ms = -1, topics = list }, function(resp)
+    for _, tr in ipairs(resp.topics or {}) do
+      for _, pr in ipairs(tr.partitions or {}) do
+        if pr.error_code ~= 0 then
+          return kafka_error(("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
         end
-        if not err then return true end
-        if not retry then return nil, err, code, last_kcode end
       end
     end
-    last_err, last_code = err, code
-  end
-  return nil, last_err, last_code, last_kcode
+    return true
+  end)
 end
 
 -- committed(partitions) -> {{topic=, partition=, offset=, metadata=}} (offset
@@ -314,53 +339,28 @@ end
 function _M:committed(partitions)
   if not self.group_id then error("committed: the consumer has no group_id", 2) end
   partitions = partitions or self:assignment()
-  local topics, list = {}, {}
-  for _, p in ipairs(partitions) do
-    local t = topics[p.topic]
-    if not t then
-      t = { name = p.topic, partition_indexes = {} }
-      topics[p.topic] = t
-      list[#list + 1] = t
-    end
-    t.partition_indexes[#t.partition_indexes + 1] = p.partition
-  end
-  local last_err, last_code
-  for attempt = 0, self.client.max_retries do
-    if attempt > 0 then self.client.sleep(self.retry_backoff_ms) end
-    local c, err, code = self.client:coordinator(self.group_id, 0)
-    if c then
-      local resp
-      resp, err, code = c:request(9, { group_id = self.group_id, topics = list, require_stable = false })
-      if resp then
-        local ec = resp.error_code or 0
-        if ec ~= 0 then
-          local e = errors.info(ec)
-          err, code = "committed: " .. e.name, "kafka"
-          if not (e.retriable or ec == 16) then return nil, err, code, ec end
-        else
-          local found = {}
-          for _, tr in ipairs(resp.topics or {}) do
-            for _, pr in ipairs(tr.partitions or {}) do
-              if pr.error_code ~= 0 then
-                local e = errors.info(pr.error_code)
-                return nil, ("committed %s/%d: %s"):format(tr.name, pr.partition_index, e.name), "kafka", e.code
-              end
-              found[pkey(tr.name, pr.partition_index)] = pr
-            end
-          end
-          local result = {}
-          for i, p in ipairs(partitions) do
-            local pr = found[pkey(p.topic, p.partition)]
-            result[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
-                          metadata = pr and pr.metadata }
-          end
-          return result
+  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
+  return self:_group_request(9, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
+    if resp.error_code and resp.error_code ~= 0 then return kafka_error("committed", resp.error_code) end
+    local found = {}
+    for _, tr in ipairs(resp.topics or {}) do
+      for _, pr in ipairs(tr.partitions or {}) do
+        if pr.error_code ~= 0 then
+          local _, err, code, kcode = kafka_error(("committed %s/%d"):format(tr.name, pr.partition_index),
+            pr.error_code)
+          return nil, err, code, kcode, false
         end
+        found[pkey(tr.name, pr.partition_index)] = pr
       end
     end
-    last_err, last_code = err, code
-  end
-  return nil, last_err, last_code
+    local result = {}
+    for i, p in ipairs(partitions) do
+      local pr = found[pkey(p.topic, p.partition)]
+      result[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
+                    metadata = pr and pr.metadata }
+    end
+    return result
+  end)
 end
 
 function _M:close()
