@@ -122,11 +122,21 @@ describe("client against the mock cluster", function()
     assert(c:commit())
     local after = assert(c:committed())
     for _, r in ipairs(after) do assert.are.equal(10, r.offset) end
+    -- the coordinator moving or loading is retried: found again, asked again
+    m:cmd("err 8 16 2")
+    m:cmd("err 9 14 1")
     assert(c:commit { { topic = "commits", partition = 2, offset = 4, metadata = "half" } })
     local one = assert(c:committed { { topic = "commits", partition = 2 } })
     assert.are.equal(4, one[1].offset)
     assert.are.equal("half", one[1].metadata)
     -- a new consumer of the group starts where the group left off
+    -- a non-retriable group error is returned with its Kafka code
+    m:cmd("err 8 30 1")
+    local ok, err, code, kcode = c:commit()
+    assert.is_nil(ok)
+    assert.are.equal("kafka", code)
+    assert.are.equal(30, kcode)
+    assert.matches("GROUP_AUTHORIZATION_FAILED", err)
     local c2 = kafka.consumer.new(client, { group_id = "g-commit" })
     assert(c2:assign { { topic = "commits", partition = 2 } })
     assert.are.equal(4, c2:position("commits", 2))
