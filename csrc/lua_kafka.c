@@ -625,6 +625,7 @@ typedef struct ldec {
   lua_State *L;
   box *bx;
   int raw_records;
+  int unsized; /* the frame comes without its 4-byte size */
   kf_rec_opts ro;
 } ldec;
 
@@ -765,7 +766,9 @@ static int r_record(void *u, const kf_record *r) {
   int j;
   if (r->offset >= c->next) c->next = kf_add64(r->offset, 1);
   if (r->offset < c->min_offset || (c->skip_control && r->control)) return 0;
-  lua_createtable(L, 0, 6 + c->nset);
+  /* the exact field count: a hash part one size too big doubles the table */
+  lua_createtable(L, 0, 2 + (r->key != NULL) + (r->value != NULL) + (r->nheaders > 0) + (r->crc >= 0) +
+                            r->control + c->nset);
   for (j = 0; j < c->nset; j++) {
     lua_pushvalue(L, c->set_base + 2 * j);
     lua_pushvalue(L, c->set_base + 2 * j + 1);
@@ -898,11 +901,13 @@ static const kf_dec_ops lua_dec_ops = {d_set_int, d_set_num, d_set_bool, d_set_b
 static void dec_opts(lua_State *L, int idx, ldec *c) {
   int64_t lim;
   c->raw_records = 0;
+  c->unsized = 0;
   c->ro.check_crc = 1;
   c->ro.max_decompressed = DEFAULT_MAX_DECOMPRESSED;
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
   c->raw_records = opt_bool(L, idx, "raw_records", 0);
+  c->unsized = opt_bool(L, idx, "unsized", 0);
   c->ro.check_crc = opt_bool(L, idx, "check_crc", 1);
   opt_int(L, idx, "max_decompressed", DEFAULT_MAX_DECOMPRESSED, &lim);
   if (lim < 0) luaL_error(L, "max_decompressed must not be negative");
@@ -933,9 +938,13 @@ static int l_decode_response(lua_State *L) {
   lua_settop(L, 4);
   c.L = L;
   c.bx = box_new(L);
-  if (kf_frame_check(p, n, &e)) return box_done(c.bx, push_fail(L, &e));
   kf_r_init(&r, p, n);
-  r.pos = 4;
+  if (!c.unsized) {
+    /* sized: exactly one frame; unsized: what follows the size (a socket
+     * reader saves concatenating the two; offsets then count from there) */
+    if (kf_frame_check(p, n, &e)) return box_done(c.bx, push_fail(L, &e));
+    r.pos = 4;
+  }
   if (kf_read_response_header(&r, hv, &corr, &e)) return box_done(c.bx, push_fail(L, &e));
   lua_pushinteger(L, corr);
   if (decode_body(L, a->resp, v, v >= a->resp_flex, &r, &c, &e)) return box_done(c.bx, push_fail(L, &e));

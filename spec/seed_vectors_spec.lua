@@ -65,6 +65,10 @@ describe("seed vectors", function()
     assert.are.equal("UNKNOWN_TOPIC_OR_PARTITION", proto.errors[p.error_code].name)
     assert.are.equal(-1, p.base_offset)
     assert.are.equal(hex(unhex(produce_resp)), hex(proto.encode_response("Produce", 0, 241, body)))
+    -- what a socket reader has after the size prefix decodes the same
+    local corr2, body2 = proto.decode_response("Produce", 0, unhex(produce_resp):sub(5), { unsized = true })
+    assert.are.equal(241, corr2)
+    assert.are.same(body, body2)
   end)
 
   local msgs = [[0000000000000002 00000014 b8ba5f57 00 00 00000003 666f6f 00000003 626172

@@ -30,6 +30,7 @@ local _M = { VERSION = "0.1.0" }
 local mt = { __index = _M }
 
 local API_VERSIONS = 18
+local UNSIZED = { unsized = true } -- frames are read without their size prefix
 
 -- Versions to use against a broker that has no ApiVersions (Kafka < 0.10):
 -- the 0.8/0.9 protocol.
@@ -114,7 +115,7 @@ function _M:_read_frame(timeout_ms)
     return fail(self, self:name() .. ": mid-frame receive failed: " .. tostring(err),
       err == "timeout" and "timeout" or "network")
   end
-  return head .. rest
+  return rest -- the frame without its size: decoded with {unsized = true}, no copy
 end
 
 -- Raw round trip used during negotiation: returns the response frame.
@@ -126,7 +127,7 @@ function _M:_raw(api, version, body)
   if not frame then return nil, err, code end
   self.inflight[self.first] = nil
   self.first = self.first + 1
-  local got = be32(frame, 5)
+  local got = be32(frame, 1)
   if got ~= corr then
     return fail(self, ("%s: correlation id mismatch: sent %d, got %d"):format(self:name(), corr, got), "protocol")
   end
@@ -147,7 +148,7 @@ function _M:_negotiate()
       local frame, err, code = self:_raw(API_VERSIONS, v, { client_software_name = "lua-kafka",
         client_software_version = _M.VERSION })
       if not frame then return nil, err, code end
-      local ok, body = proto.decode_response(API_VERSIONS, v, frame)
+      local ok, body = proto.decode_response(API_VERSIONS, v, frame, UNSIZED)
       if not ok then body = nil end
       if body and body.error_code == 0 then
         local bv = {}
@@ -156,7 +157,7 @@ function _M:_negotiate()
         return true
       end
       -- error 35 comes with a v0 body: read it for the broker's own range
-      local ok0, v0 = proto.decode_response(API_VERSIONS, 0, frame)
+      local ok0, v0 = proto.decode_response(API_VERSIONS, 0, frame, UNSIZED)
       if not ok0 then v0 = nil end
       local max
       if v0 and v0.error_code == 35 then
@@ -277,7 +278,7 @@ function _M:receive(corr)
     local timeout = self.request_timeout_ms + (head.opts and head.opts.timeout_ms or 0)
     local frame, err, code = self:_read_frame(timeout)
     if not frame then return nil, err, code end
-    local got = be32(frame, 5)
+    local got = be32(frame, 1)
     if self.noreply[got] then
       self.noreply[got] = nil
     elseif got ~= head.corr then
@@ -286,7 +287,12 @@ function _M:receive(corr)
     else
       self.inflight[self.first] = nil
       self.first = self.first + 1
-      local c, decoded, derr = proto.decode_response(head.api, head.version, frame, head.opts and head.opts.decode)
+      local dopts = UNSIZED
+      if head.opts and head.opts.decode then
+        dopts = { unsized = true }
+        for k, x in pairs(head.opts.decode) do dopts[k] = x end
+      end
+      local c, decoded, derr = proto.decode_response(head.api, head.version, frame, dopts)
       if not c then
         return fail(self, ("%s: bad %s v%d response: %s (%s)"):format(self:name(), tostring(head.api), head.version,
           tostring(decoded), tostring(derr)), "protocol")

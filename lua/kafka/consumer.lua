@@ -10,7 +10,10 @@
 -- Options: group_id (for commit/committed), auto_offset_reset ("latest",
 -- "earliest" or "error": where to go when an offset is out of range or
 -- nothing is committed), fetch_max_wait_ms (500), fetch_min_bytes (1),
--- fetch_max_bytes (52428800), max_partition_fetch_bytes (1048576),
+-- fetch_max_bytes (8388608 per broker: smaller than Kafka's 50 MB, since a
+-- Lua socket reads a response into one string), max_partition_fetch_bytes (1048576),
+-- max_poll_records (10000: a poll decodes partitions until it holds this
+-- many messages and keeps the rest of the fetch for the next polls),
 -- isolation_level (0: read uncommitted; 1: read committed), check_crcs
 -- (true), max_decompressed (bytes per batch), retry_backoff_ms (100).
 -- One Fetch per broker covers all its assigned partitions; brokers are
@@ -40,13 +43,15 @@ function _M.new(client_or_opts, opts)
     auto_offset_reset = reset,
     fetch_max_wait_ms = opts.fetch_max_wait_ms or 500,
     fetch_min_bytes = opts.fetch_min_bytes or 1,
-    fetch_max_bytes = opts.fetch_max_bytes or 52428800,
+    fetch_max_bytes = opts.fetch_max_bytes or 8388608,
     max_partition_fetch_bytes = opts.max_partition_fetch_bytes or 1048576,
     isolation_level = opts.isolation_level or 0,
     decode_opts = { check_crc = opts.check_crcs ~= false, max_decompressed = opts.max_decompressed,
                     skip_control = true, batches = false },
     fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
     retry_backoff_ms = opts.retry_backoff_ms or 100,
+    max_poll_records = opts.max_poll_records or 10000,
+    pending = nil, -- fetched partitions not decoded yet: {st=, pr=, offset=}
     parts = {},   -- array of partition states
     index = {},   -- "topic\0partition" -> state
   }, mt)
@@ -175,6 +180,35 @@ function _M:_partition_result(st, pr, out)
   return true
 end
 
+-- Decodes one partition's fetch result into out, or keeps it for the next
+-- poll once out holds max_poll_records: a poll's messages all stay alive
+-- until the caller drops them, and a big live set makes Lua's GC slow.
+function _M:_settle(st, pr, out)
+  if #out >= self.max_poll_records then
+    local p = self.pending or {}
+    p[#p + 1] = { st = st, pr = pr, offset = st.offset }
+    self.pending = p
+    return true
+  end
+  return self:_partition_result(st, pr, out)
+end
+
+-- Decodes what earlier fetches left (dropped when the partition was
+-- reassigned or sought meanwhile). Returns the first error, if any.
+function _M:_drain(out)
+  local pend = self.pending
+  self.pending = nil
+  local first_err, first_code, first_kcode
+  for _, it in ipairs(pend) do
+    local st = it.st
+    if self.index[pkey(st.topic, st.partition)] == st and st.offset == it.offset then
+      local ok, err, code, kcode = self:_settle(st, it.pr, out)
+      if not ok and not first_err then first_err, first_code, first_kcode = err, code, kcode end
+    end
+  end
+  return first_err, first_code, first_kcode
+end
+
 -- poll(timeout_ms) -> array of messages (maybe empty) | nil, err, code.
 -- Each message: topic, partition, offset, key, value, headers (when any),
 -- timestamp, high_watermark.
@@ -184,6 +218,12 @@ function _M:poll(timeout_ms)
   if #self.parts == 0 then
     self.client.sleep(timeout_ms)
     return out
+  end
+  if self.pending then
+    -- answer from what was fetched already; fetch again only when it is used up
+    local err, code, kcode = self:_drain(out)
+    if #out == 0 and err then return nil, err, code, kcode end
+    if #out > 0 or self.pending then return out end
   end
   local by_leader, order = {}, {}
   local unreachable = false
@@ -246,7 +286,7 @@ function _M:poll(timeout_ms)
         for _, pr in ipairs(tr.partitions or {}) do
           local st = self.index[pkey(tr.topic, pr.partition_index)]
           if st then
-            local ok, err, code, kcode = self:_partition_result(st, pr, out)
+            local ok, err, code, kcode = self:_settle(st, pr, out)
             if not ok and not first_err then first_err, first_code, first_kcode = err, code, kcode end
           end
         end
