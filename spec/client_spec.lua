@@ -310,6 +310,40 @@ describe("client against the mock cluster", function()
     assert.are.equal(100, got)
   end)
 
+  it("consumer: max_poll_records keeps the rest of a fetch for the next polls, and a seek drops it", function()
+    m:cmd("topic pollcap 4")
+    local p = kafka.producer.new(client)
+    for i = 1, 2000 do assert(p:send("pollcap", ("#%d "):format(i), { partition = i % 4 })) end
+    assert.are.equal(0, select(2, p:flush()))
+    local c = kafka.consumer.new(client, { max_poll_records = 300 })
+    local a = {}
+    for part = 0, 3 do a[#a + 1] = { topic = "pollcap", partition = part, offset = 0 } end
+    assert(c:assign(a))
+    local seen, got, polls = {}, 0, 0
+    while got < 2000 and polls < 50 do
+      local msgs = assert(c:poll(200))
+      polls = polls + 1
+      assert.is_true(#msgs <= 300 + 500, "poll of " .. #msgs) -- the cap, plus at most one partition's fetch
+      for _, msg in ipairs(msgs) do
+        local id = id_of(msg)
+        assert.is_nil(seen[id], "duplicate " .. id)
+        seen[id] = true
+        got = got + 1
+      end
+    end
+    assert.are.equal(2000, got)
+    -- a seek while data is pending: the pending data is dropped, reading restarts there
+    assert(c:seek("pollcap", 1, 0))
+    local again = {}
+    for _ = 1, 5 do
+      for _, msg in ipairs(assert(c:poll(200))) do
+        if msg.partition == 1 then again[#again + 1] = msg.offset end
+      end
+    end
+    assert.are.equal(500, #again)
+    assert.are.equal(0, again[1])
+  end)
+
   it("consumer: offset out of range resets by auto_offset_reset, or is an error", function()
     m:cmd("topic oor 1")
     local p = kafka.producer.new(client)
