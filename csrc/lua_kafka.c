@@ -554,10 +554,6 @@ static int encode_body(lua_State *L, int idx, const kf_struct *s, int version, i
   return rc;
 }
 
-static void write_size(box *bx) {
-  kf_w_patch32(&bx->w, 0, (uint32_t)(bx->w.len - 4));
-}
-
 static int push_frame(lua_State *L, box *bx, kf_err *e) {
   if (bx->w.err) {
     kf_err_set(e, bx->w.err, "frame encoding failed (%s)", kf_err_name(bx->w.err));
@@ -567,7 +563,7 @@ static int push_frame(lua_State *L, box *bx, kf_err *e) {
     kf_err_set(e, KF_ELIMIT, "frame larger than 2 GiB");
     return push_fail(L, e);
   }
-  write_size(bx);
+  kf_w_patch32(&bx->w, 0, (uint32_t)(bx->w.len - 4)); /* the size prefix */
   lua_pushlstring(L, (const char *)bx->w.buf, bx->w.len);
   return 1;
 }

@@ -75,7 +75,6 @@ function _M:_new_conn(host, port, node_id)
     host = host, port = port, node_id = node_id, client_id = self.client_id,
     request_timeout_ms = o.request_timeout_ms, connect_timeout_ms = o.connect_timeout_ms,
     socket = o.socket, api_versions = o.api_versions, max_versions = o.max_versions,
-    now = o.now, sleep = o.sleep,
   }
 end
 

@@ -45,7 +45,6 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
 local DEFAULT_CAPS = { [1] = 12, [2] = 3, [9] = 7, [10] = 3 }
 
 function _M.new(opts)
-  local now, sleep = ksocket.clock(opts)
   return setmetatable({
     host = opts.host,
     port = tonumber(opts.port),
@@ -57,8 +56,6 @@ function _M.new(opts)
     use_api_versions = opts.api_versions ~= false,
     max_versions = opts.max_versions or {},
     fallback_versions = opts.fallback_versions or FALLBACK,
-    now = now,
-    sleep = sleep,
     sock = nil,
     corr = 0,
     inflight = {},   -- FIFO of {corr, api, version, opts}
@@ -323,14 +320,5 @@ function _M:request(api, body, opts)
 end
 
 _M.in_flight = function(self) return self.last - self.first + 1 end
-
--- For callers that build version-dependent bodies.
-function _M:versions_table()
-  local t = {}
-  if self.broker_versions then
-    for k, r in pairs(self.broker_versions) do t[k] = r end
-  end
-  return t
-end
 
 return _M
