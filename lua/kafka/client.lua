@@ -225,6 +225,17 @@ function _M:topic(name)
       return nil, err, code
     end
     t = self.topics[name]
+    -- A real broker creates the topic asynchronously and answers the
+    -- Metadata request that asked for it with UNKNOWN_TOPIC_OR_PARTITION
+    -- (librdkafka's mock creates it at once): ask again for a while.
+    local wait = self.retry_backoff_ms
+    for _ = 1, 6 do
+      if not (self.auto_create and t and t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION) then break end
+      self.sleep(wait)
+      wait = wait * 2
+      if not self:refresh { name } then break end
+      t = self.topics[name]
+    end
   end
   if not t then return nil, "topic " .. name .. " not in metadata", "unknown_topic" end
   if t.error_code ~= 0 then

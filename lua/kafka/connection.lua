@@ -43,6 +43,7 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
 -- leader epochs, which librdkafka 2.0.2's mock broker writes as int64).
 -- Every broker from 2.1 to 4.x accepts these versions.
 local DEFAULT_CAPS = { [1] = 12, [2] = 3, [9] = 7, [10] = 3 }
+local PRODUCE, FETCH = proto.api_key("Produce"), proto.api_key("Fetch")
 
 function _M.new(opts)
   return setmetatable({
@@ -225,6 +226,9 @@ function _M:version(api)
     if not b then return nil, self:name() .. " does not support " .. proto.api_name(key), "unsupported" end
     if b.max < hi then hi = b.max end
     if b.min > lo then lo = b.min end
+    -- Kafka 4.x advertises Produce from v0 (KAFKA-18659) but closes the
+    -- connection on v0-2 (KIP-896); it is the broker whose Fetch starts at v4.
+    if key == PRODUCE and lo < 3 and bv[FETCH] and bv[FETCH].min >= 4 then lo = 3 end
   end
   if hi < lo then return nil, self:name() .. ": no common version of " .. proto.api_name(key), "unsupported" end
   return hi

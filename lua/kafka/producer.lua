@@ -340,6 +340,9 @@ function _M:_collect(sent)
               pr.error_message and (": " .. pr.error_message) or "")
             if e.retriable then
               retry = self:_retry(t.name, pd.index, batch, msg, "retriable", e.code) or retry
+            elseif e.code == errors.MESSAGE_TOO_LARGE and batch.count > 1 then
+              self:_split(t.name, pd.index)
+              retry = true
             else
               table.remove(q, 1)
               self:_done(t.name, pd.index, batch, nil, msg, "kafka", e.code)
@@ -350,6 +353,31 @@ function _M:_collect(sent)
     end
   end
   return retry
+end
+
+-- Splits the first batch of a partition, refused as a whole with
+-- MESSAGE_TOO_LARGE (the topic's max.message.bytes limits a batch), into
+-- one batch per message, in order: only a message that is too large by
+-- itself then fails (the Java client splits batches the same way).
+function _M:_split(topic, partition)
+  local q = self.queues[topic][partition]
+  local batch = table.remove(q, 1)
+  local msgs = proto.decode_records(batch.b:encode { base_offset = 0 })
+  batch.b:close()
+  local ids, runs = {}, batch.runs
+  for r = 1, #runs, 2 do
+    for id = runs[r], runs[r] + runs[r + 1] - 1 do ids[#ids + 1] = id end
+  end
+  local left = batch.size
+  for i = #msgs, 1, -1 do
+    local m = msgs[i]
+    local size = i == 1 and left or math.min(left, (m.value and #m.value or 0) + (m.key and #m.key or 0) + 70)
+    left = left - size
+    local b = proto.batch { magic = self.magic, compression = self.codec }
+    assert(b:append(m.value, m.key, m.headers, m.timestamp))
+    table.insert(q, 1, { b = b, runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
+      sealed = true })
+  end
 end
 
 -- Fails everything still queued when the flush deadline has passed.

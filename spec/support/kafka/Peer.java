@@ -1,0 +1,150 @@
+// Kafka's own Java client as a peer for the specs (spec/support/realkafka.lua
+// compiles it once against kafka-clients and runs it with java -cp).
+//
+// Every mode prints one line per fact and "DONE" at the end; bytes are hex,
+// a null key/value/header value is "-", an empty one "~":
+//   produce TOPIC N CODEC MODE   MODE: plain | idempotent | txn-commit | txn-abort
+//       record i: key "k<i>", value "v<i>-" + 'x' * (i % 7 * 40), header "i" = "<i>",
+//       header "n" = null, timestamp 1700000000000 + i, partition by the default partitioner
+//       -> ACK partition offset i   (for each record, in send order)
+//   consume TOPIC N SECONDS [read_committed]
+//       assigns every partition from the beginning, check.crcs on, until N records or the deadline
+//       -> REC partition offset timestamp timestamp_type keyhex valuehex hkey=hvalhex,...
+//   partition NPARTS KEYHEX...   -> PART keyhex partition   (the Java client's key placement)
+//   murmur2 KEYHEX...            -> MURMUR2 keyhex value     (org.apache.kafka.common.utils.Utils.murmur2)
+//   create TOPIC PARTS RF [name=value ...]
+// -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.utils.Utils;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.Future;
+
+public class Peer {
+    static Properties base() throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", System.getProperty("bs", "127.0.0.1:9092"));
+        String extra = System.getProperty("props");
+        if (extra != null) try (var in = new java.io.FileInputStream(extra)) { p.load(in); }
+        return p;
+    }
+
+    static String hex(byte[] b) {
+        if (b == null) return "-";
+        StringBuilder s = new StringBuilder(b.length * 2 + 1);
+        for (byte x : b) s.append(String.format("%02x", x));
+        return s.length() == 0 ? "~" : s.toString();
+    }
+
+    static byte[] unhex(String h) {
+        byte[] b = new byte[h.length() / 2];
+        for (int i = 0; i < b.length; i++) b[i] = (byte) Integer.parseInt(h.substring(2 * i, 2 * i + 2), 16);
+        return b;
+    }
+
+    static byte[] utf8(String s) { return s.getBytes(StandardCharsets.UTF_8); }
+
+    public static void main(String[] a) throws Exception {
+        switch (a[0]) {
+            case "produce" -> produce(a[1], Integer.parseInt(a[2]), a[3], a[4]);
+            case "consume" -> consume(a[1], Integer.parseInt(a[2]), Integer.parseInt(a[3]), a.length > 4 ? a[4] : "read_uncommitted");
+            case "partition" -> {
+                int n = Integer.parseInt(a[1]);
+                for (int i = 2; i < a.length; i++)
+                    System.out.println("PART " + a[i] + " " + Utils.toPositive(Utils.murmur2(unhex(a[i]))) % n);
+            }
+            case "murmur2" -> {
+                for (int i = 1; i < a.length; i++)
+                    System.out.println("MURMUR2 " + a[i] + " " + Utils.murmur2(unhex(a[i])));
+            }
+            case "create" -> {
+                Map<String, String> cfg = new HashMap<>();
+                for (int i = 4; i < a.length; i++) { String[] kv = a[i].split("=", 2); cfg.put(kv[0], kv[1]); }
+                try (Admin admin = Admin.create(base())) {
+                    admin.createTopics(List.of(new NewTopic(a[1], Integer.parseInt(a[2]), Short.parseShort(a[3])).configs(cfg))).all().get();
+                }
+            }
+            default -> throw new IllegalArgumentException("unknown mode " + a[0]);
+        }
+        System.out.println("DONE");
+        System.out.flush();
+        System.exit(0);
+    }
+
+    static void produce(String topic, int n, String codec, String mode) throws Exception {
+        Properties p = base();
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, mode.equals("plain") ? "false" : "true");
+        if (mode.startsWith("txn")) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "peer-" + topic + "-" + mode);
+        try (KafkaProducer<byte[], byte[]> pr = new KafkaProducer<>(p)) {
+            if (mode.startsWith("txn")) { pr.initTransactions(); pr.beginTransaction(); }
+            List<Future<RecordMetadata>> acks = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, null, 1700000000000L + i,
+                    utf8("k" + i), utf8("v" + i + "-" + "x".repeat(i % 7 * 40)));
+                r.headers().add("i", utf8(Integer.toString(i)));
+                r.headers().add("n", null);
+                acks.add(pr.send(r));
+            }
+            if (mode.equals("txn-commit")) pr.commitTransaction();
+            else if (mode.equals("txn-abort")) { pr.flush(); pr.abortTransaction(); }
+            else pr.flush();
+            for (int i = 0; i < n; i++) {
+                RecordMetadata m = acks.get(i).get();
+                System.out.println("ACK " + m.partition() + " " + m.offset() + " " + i);
+            }
+        }
+    }
+
+    static void consume(String topic, int n, int secs, String isolation) throws Exception {
+        Properties p = base();
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : c.partitionsFor(topic, Duration.ofSeconds(30))) tps.add(new TopicPartition(topic, pi.partition()));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            long end = System.currentTimeMillis() + secs * 1000L;
+            int got = 0;
+            while (got < n && System.currentTimeMillis() < end) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    StringBuilder h = new StringBuilder();
+                    for (Header x : r.headers()) {
+                        if (h.length() > 0) h.append(',');
+                        h.append(hex(x.key().getBytes(StandardCharsets.UTF_8))).append('=').append(hex(x.value()));
+                    }
+                    System.out.println("REC " + r.partition() + " " + r.offset() + " " + r.timestamp() + " "
+                        + r.timestampType().id + " " + hex(r.key()) + " " + hex(r.value()) + " " + (h.length() == 0 ? "." : h));
+                    got++;
+                }
+            }
+        }
+    }
+}

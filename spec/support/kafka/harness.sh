@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Real Apache Kafka brokers for the specs: KRaft combined nodes on 127.0.0.1,
+# started from Kafka's own jars (resolved by Maven into ~/.m2, once per machine).
+#
+#   harness.sh classpath VERSION              resolve the jars; prints the classpath file
+#   harness.sh start NAME VERSION NODES OWNER start NODES (1 or 3) combined nodes; prints the env file
+#   harness.sh stop NAME                      SIGKILL every node, remove the data
+#   harness.sh kill NAME NODE                 SIGKILL one node (its data stays)
+#   harness.sh restart NAME NODE              start a killed node again on its data, wait until ready
+#   harness.sh status NAME                    exit 0 when every node of NAME is alive
+#
+# Every broker has the listeners PLAINTEXT, SASL_PLAINTEXT, SSL (no client
+# certificate), MTLS (SSL, client certificate required) and SASL_SSL; SASL
+# users are alice/alice-secret for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512
+# (SCRAM credentials written at format time), bob/bob-secret for PLAIN.
+# Certificates (a CA, the broker's, a client's) are made with openssl.
+#
+# A watchdog per run kills the JVMs and removes the data as soon as the
+# OWNER process is gone, so an interrupted busted never leaves a broker.
+# Every wait has a deadline; a failure names the step and the log file.
+set -euo pipefail
+
+H=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$H/../../.." && pwd)
+C="$ROOT/build/kafka"
+mkdir -p "$C/run"
+
+die() { echo "kafka harness: $*" >&2; exit 1; }
+
+classpath() {
+  local v=$1 cp="$C/cp-$1.txt" extra
+  if [ ! -s "$cp" ]; then
+    case "$v" in
+      3.*) extra="-Dkafka.reload4j" ;;
+      4.0.*|4.1.0|4.1.1) extra="-Dlog4j.version=2.24.3" ;;
+      *) extra="-Dlog4j.version=2.25.3" ;;
+    esac
+    timeout 600 mvn -q -B -f "$H/pom.xml" dependency:build-classpath -Dkafka.version="$v" $extra \
+      -Dmdep.outputFile="$cp.tmp" >"$C/mvn-$v.log" 2>&1 \
+      || { rm -f "$cp.tmp"; die "maven could not resolve Kafka $v (log: $C/mvn-$v.log)"; }
+    mv "$cp.tmp" "$cp"
+  fi
+  echo "$cp"
+}
+
+log_opts() {
+  case "$1" in
+    3.*) echo "-Dlog4j.configuration=file:$H/log4j.properties" ;;
+    *) echo "-Dlog4j2.configurationFile=file:$H/log4j2.properties" ;;
+  esac
+}
+
+# free_ports N: N distinct TCP ports nobody listens on
+free_ports() {
+  local n=$1 got=() p used
+  used=$(ss -Htln | awk '{print $4}' | sed 's/.*://' | sort -u)
+  while [ ${#got[@]} -lt "$n" ]; do
+    p=$((20000 + RANDOM % 40000))
+    if ! grep -qx "$p" <<<"$used" && [[ " ${got[*]-} " != *" $p "* ]]; then got+=("$p"); fi
+  done
+  echo "${got[@]}"
+}
+
+make_certs() {
+  local d=$1 pass=test-pass
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+      -subj "/CN=lua-kafka test CA" 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > broker.ext
+    openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost" 2>/dev/null
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile broker.ext -out broker.pem 2>/dev/null
+    openssl pkcs12 -export -in broker.pem -inkey broker.key -certfile ca.pem -name broker \
+      -out broker.p12 -passout pass:$pass
+    openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj "/CN=lua-client" 2>/dev/null
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -out client.pem 2>/dev/null
+    openssl pkey -in client.key -aes256 -passout pass:client-pass -out client-enc.key
+    # a second CA nobody trusts, for the untrusted-CA cases
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem -days 3650 \
+      -subj "/CN=untrusted CA" 2>/dev/null
+    rm -f ./*.csr ./*.srl broker.ext
+  ) || die "openssl could not make the test certificates in $d"
+}
+
+# write_props DIR NODE NODES VOTERS: server.properties of one combined node
+write_props() {
+  local d=$1 n=$2 nodes=$3 voters=$4 nd="$1/node$2" rf=1 isr=1
+  # shellcheck disable=SC1090
+  . "$nd/ports"
+  [ "$nodes" -gt 1 ] && { rf=3; isr=2; }
+  cat > "$nd/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$voters
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:$PLAINTEXT,CONTROLLER://127.0.0.1:$CONTROLLER,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT,SSL://127.0.0.1:$SSL,MTLS://127.0.0.1:$MTLS,SASL_SSL://127.0.0.1:$SASL_SSL
+advertised.listeners=PLAINTEXT://127.0.0.1:$PLAINTEXT,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT,SSL://127.0.0.1:$SSL,MTLS://127.0.0.1:$MTLS,SASL_SSL://127.0.0.1:$SASL_SSL
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$nd/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+auto.create.topics.enable=true
+delete.topic.enable=true
+offsets.topic.replication.factor=$rf
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+group.initial.rebalance.delay.ms=0
+offsets.topic.num.partitions=3
+transaction.state.log.num.partitions=3
+log.cleaner.dedupe.buffer.size=16777216
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.replica.fetchers=1
+group.min.session.timeout.ms=1000
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=1000
+group.consumer.session.timeout.ms=10000
+group.consumer.min.session.timeout.ms=6000
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=3000
+log.segment.bytes=67108864
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" user_bob="bob-secret";
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" user_bob="bob-secret";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$d/broker.p12
+ssl.keystore.password=test-pass
+ssl.key.password=test-pass
+ssl.truststore.type=PEM
+ssl.truststore.location=$d/ca.pem
+ssl.client.auth=none
+listener.name.mtls.ssl.client.auth=required
+EOF
+}
+
+jvm_opts() {
+  echo "-Xms64m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.io.tmpdir=$1/tmp $(log_opts "$2")"
+}
+
+launch_node() {
+  local d=$1 n=$2 v nd="$1/node$2"
+  v=$(cat "$d/version")
+  mkdir -p "$nd/tmp"
+  # shellcheck disable=SC2046
+  nohup java $(jvm_opts "$nd" "$v") -cp "$(cat "$(classpath "$v")")" kafka.Kafka "$nd/server.properties" \
+    </dev/null >>"$nd/broker.log" 2>&1 &
+  echo $! > "$nd/pid"
+}
+
+# wait_ready DIR NODE... : every node logged "Kafka Server started" (deadline 180 s)
+wait_ready() {
+  local d=$1; shift
+  local deadline=$((SECONDS + 180)) n pending
+  while :; do
+    pending=""
+    for n in "$@"; do
+      grep -q 'Kafka Server started' "$d/node$n/broker.log" 2>/dev/null && continue
+      kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null \
+        || die "node $n exited during start-up (log: $d/node$n/broker.log): $(grep -m1 -E 'ERROR|Exception' "$d/node$n/broker.log" || true)"
+      pending="$pending $n"
+    done
+    [ -z "$pending" ] && return 0
+    [ $SECONDS -ge $deadline ] && die "node(s)$pending not ready after 180 s (log: $d/node${pending# }/broker.log)"
+    sleep 0.2
+  done
+}
+
+start() {
+  local name=$1 v=$2 nodes=$3 owner=$4 d="$C/run/$1" cp voters="" n ports i
+  [ -e "$d" ] && { stop "$name"; }
+  cp=$(classpath "$v")
+  mkdir -p "$d"
+  echo "$v" > "$d/version"
+  echo "$owner" > "$d/owner"
+  make_certs "$d"
+  read -r -a ports <<<"$(free_ports $((nodes * 6)))"
+  for n in $(seq 1 "$nodes"); do
+    i=$(((n - 1) * 6))
+    mkdir -p "$d/node$n"
+    cat > "$d/node$n/ports" <<EOF
+PLAINTEXT=${ports[$i]}
+CONTROLLER=${ports[$((i + 1))]}
+SASL_PLAINTEXT=${ports[$((i + 2))]}
+SSL=${ports[$((i + 3))]}
+MTLS=${ports[$((i + 4))]}
+SASL_SSL=${ports[$((i + 5))]}
+EOF
+    voters="$voters${voters:+,}$n@127.0.0.1:${ports[$((i + 1))]}"
+  done
+  for n in $(seq 1 "$nodes"); do
+    write_props "$d" "$n" "$nodes" "$voters"
+    # shellcheck disable=SC2046
+    timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
+      -t lua-kafka-tests-000001 -c "$d/node$n/server.properties" \
+      --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' \
+      --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]' >"$d/node$n/format.log" 2>&1 \
+      || die "formatting node $n failed (log: $d/node$n/format.log): $(tail -3 "$d/node$n/format.log")"
+  done
+  # the watchdog: kill the JVMs and drop the data once the owner is gone
+  setsid nohup bash -c '
+    d=$1; owner=$2
+    while [ -d "$d" ] && kill -0 "$owner" 2>/dev/null; do sleep 1; done
+    for p in "$d"/node*/pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null; done
+    sleep 0.5; rm -rf "$d"' _ "$d" "$owner" </dev/null >/dev/null 2>&1 &
+  echo $! > "$d/watchdog.pid"
+  for n in $(seq 1 "$nodes"); do launch_node "$d" "$n"; done
+  wait_ready "$d" $(seq 1 "$nodes")
+  {
+    echo "version=$v"
+    echo "nodes=$nodes"
+    echo "dir=$d"
+    for l in PLAINTEXT SASL_PLAINTEXT SSL MTLS SASL_SSL; do
+      local list=""
+      for n in $(seq 1 "$nodes"); do list="$list${list:+,}127.0.0.1:$(sed -n "s/^$l=//p" "$d/node$n/ports")"; done
+      echo "$l=$list"
+    done
+  } > "$d/env"
+  echo "$d/env"
+}
+
+stop() {
+  local d="$C/run/$1" p
+  [ -d "$d" ] || return 0
+  [ -f "$d/watchdog.pid" ] && kill -9 "$(cat "$d/watchdog.pid")" 2>/dev/null || true
+  for p in "$d"/node*/pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null || true; done
+  for p in "$d"/node*/pid; do
+    [ -f "$p" ] || continue
+    local deadline=$((SECONDS + 10))
+    while kill -0 "$(cat "$p")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+  done
+  rm -rf "$d"
+}
+
+status() {
+  local d="$C/run/$1" p
+  [ -f "$d/env" ] || return 1
+  kill -0 "$(cat "$d/owner")" 2>/dev/null || return 1
+  for p in "$d"/node*/pid; do kill -0 "$(cat "$p")" 2>/dev/null || return 1; done
+}
+
+cmd=${1:-}
+case "$cmd" in
+  classpath) classpath "$2" ;;
+  start) [ $# -eq 5 ] || die "usage: harness.sh start NAME VERSION NODES OWNER_PID"; start "$2" "$3" "$4" "$5" ;;
+  stop) stop "$2" ;;
+  kill) p="$C/run/$2/node$3/pid"; kill -9 "$(cat "$p")" 2>/dev/null || true
+        deadline=$((SECONDS + 10)); while kill -0 "$(cat "$p")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done ;;
+  restart) d="$C/run/$2"; mv "$d/node$3/broker.log" "$d/node$3/broker.log.$(date +%s%N)"
+           launch_node "$d" "$3"; wait_ready "$d" "$3" ;;
+  status) status "$2" ;;
+  *) die "usage: harness.sh classpath|start|stop|kill|restart|status ..." ;;
+esac

@@ -1,0 +1,194 @@
+-- Real Apache Kafka brokers and Kafka's Java client for the specs, through
+-- spec/support/kafka/harness.sh (Maven resolves the jars into ~/.m2 once).
+--
+--   local rk = require "support.realkafka"
+--   for _, v in ipairs(rk.versions()) do ... end       -- KAFKA_VERSIONS, e.g. "4.1.2,3.9.1"
+--   local k = rk.cluster("4.1.2", 1)                    -- started once per suite run, then shared
+--   k.bootstrap.PLAINTEXT, k.bootstrap.SASL_SSL, k.dir .. "/ca.pem"
+--   k:kill(2); k:restart(2)                             -- 3-node clusters: one node at a time
+--   rk.java{"consume", topic, n, 30}                    -- Kafka's Java client (spec/support/kafka/Peer.java)
+--
+-- Brokers belong to LK_KAFKA_OWNER (set by `make test` around all the Lua
+-- runs, so they start once) or else to this process; the harness's
+-- watchdog kills them when their owner is gone, also when busted is
+-- interrupted.
+local io, os, string, table = io, os, string, table
+local ipairs, tostring, error, setmetatable = ipairs, tostring, error, setmetatable
+
+local _M = {}
+local mt = { __index = _M }
+
+local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
+local harness = root .. "/spec/support/kafka/harness.sh"
+_M.MAIN = "4.1.2"
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("*a")
+  local ok, _, status = p:close()
+  if ok == true or (ok == nil and status == 0) or ok == 0 then return true, out end
+  return false, out
+end
+
+local function my_pid()
+  local _, out = sh("echo $PPID")
+  return out:match("%d+")
+end
+
+local owner = os.getenv("LK_KAFKA_OWNER")
+local started = {}      -- names this process started (and stops)
+local clusters = {}     -- name -> cluster object
+
+-- versions() -> the Kafka versions the suite runs against (KAFKA_VERSIONS;
+-- "none" runs none).
+function _M.versions()
+  local s = os.getenv("KAFKA_VERSIONS") or "4.1.2,4.0.2,3.9.1"
+  local t = {}
+  if s == "none" then return t end
+  for v in s:gmatch("[^,%s]+") do t[#t + 1] = v end
+  return t
+end
+
+-- main() -> the version the 3-node and Java specs use (the first listed).
+function _M.main() return _M.versions()[1] end
+
+local function read_env(path)
+  local f = assert(io.open(path, "rb"))
+  local env = {}
+  for line in f:lines() do
+    local k, v = line:match("^([%w_]+)=(.*)$")
+    if k then env[k] = v end
+  end
+  f:close()
+  return env
+end
+
+-- cluster(version, nodes) -> a running cluster, started on first use.
+function _M.cluster(version, nodes)
+  nodes = nodes or 1
+  local name = version .. "-" .. nodes .. "n"
+  local c = clusters[name]
+  if c and sh(harness .. " status " .. name) then return c end
+  local path
+  local ok = sh(harness .. " status " .. name)
+  if ok then
+    path = root .. "/build/kafka/run/" .. name .. "/env"
+  else
+    local out
+    ok, out = sh(table.concat({ harness, "start", name, version, tostring(nodes), owner or my_pid() }, " "))
+    if not ok then error("kafka " .. version .. " (" .. nodes .. " nodes) did not start: " .. out, 2) end
+    path = out:match("([^\n]+/env)%s*$")
+    if not owner then started[#started + 1] = name end
+  end
+  local env = read_env(path)
+  c = setmetatable({ name = name, version = version, nodes = nodes, dir = env.dir, bootstrap = {} }, mt)
+  for _, l in ipairs { "PLAINTEXT", "SASL_PLAINTEXT", "SSL", "MTLS", "SASL_SSL" } do c.bootstrap[l] = env[l] end
+  c.ports = {}
+  for i = 1, nodes do
+    local f = assert(io.open(c.dir .. "/node" .. i .. "/ports", "rb"))
+    c.ports[i] = {}
+    for line in f:lines() do
+      local k, v = line:match("^([%w_]+)=(%d+)$")
+      if k then c.ports[i][k] = tonumber(v) end
+    end
+    f:close()
+  end
+  clusters[name] = c
+  return c
+end
+
+-- broker(i) -> "127.0.0.1:port" of node i's PLAINTEXT listener
+function _M:broker(i) return "127.0.0.1:" .. self.ports[i].PLAINTEXT end
+
+function _M:kill(node)
+  local ok, out = sh(harness .. " kill " .. self.name .. " " .. node)
+  if not ok then error("kill node " .. node .. ": " .. out, 2) end
+end
+
+function _M:restart(node)
+  local ok, out = sh(harness .. " restart " .. self.name .. " " .. node)
+  if not ok then error("restart node " .. node .. ": " .. out, 2) end
+end
+
+function _M:stop()
+  sh(harness .. " stop " .. self.name)
+  clusters[self.name] = nil
+end
+
+-- The brokers this process started stop when it closes its state (Lua
+-- 5.2+ runs __gc at exit); the watchdog covers Lua 5.1 and kills.
+local sentinel = setmetatable({}, { __gc = function()
+  for _, name in ipairs(started) do os.execute(harness .. " stop " .. name .. " >/dev/null 2>&1") end
+end })
+_M._sentinel = sentinel
+if _G.newproxy then -- Lua 5.1 / LuaJIT: tables have no __gc there
+  local p = _G.newproxy(true)
+  getmetatable(p).__gc = function()
+    for _, name in ipairs(started) do os.execute(harness .. " stop " .. name .. " >/dev/null 2>&1") end
+  end
+  _M._proxy = p
+end
+
+-- java(args [, opts]) -> lines of stdout: runs Peer.java (compiled once)
+-- with the main version's kafka-clients. opts.bootstrap, opts.props (a
+-- table written to a properties file), opts.timeout (s, default 120).
+-- Raises with the peer's output when it fails.
+local peer_cp
+function _M.java(args, opts)
+  opts = opts or {}
+  if not peer_cp then
+    local ok, cpfile = sh(harness .. " classpath " .. _M.main())
+    if not ok then error("kafka-clients: " .. cpfile, 2) end
+    cpfile = cpfile:match("([^\n]+)%s*$")
+    local f = assert(io.open(cpfile, "rb"))
+    local cp = f:read("*a"):gsub("%s+$", "")
+    f:close()
+    local dir = root .. "/build/kafka/peer"
+    local src = root .. "/spec/support/kafka/Peer.java"
+    local out
+    ok, out = sh(("mkdir -p %s && javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, cp, src))
+    if not ok then error("javac Peer.java: " .. out, 2) end
+    peer_cp = dir .. ":" .. cp
+  end
+  local props = ""
+  if opts.props then
+    local name = os.tmpname()
+    local f = assert(io.open(name, "wb"))
+    for k, v in pairs(opts.props) do f:write(k, "=", v, "\n") end
+    f:close()
+    props = " -Dprops=" .. name
+  end
+  local q = {}
+  for i, a in ipairs(args) do q[i] = "'" .. tostring(a) .. "'" end
+  local errf = os.tmpname()
+  local cmd = ("timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' "
+    .. "-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s Peer %s 2>%s")
+    :format(opts.timeout or 120, peer_cp, root, opts.bootstrap or "127.0.0.1:9092", props, table.concat(q, " "), errf)
+  local p = assert(io.popen(cmd))
+  local lines = {}
+  for line in p:lines() do lines[#lines + 1] = line end
+  p:close()
+  local ef = io.open(errf, "rb")
+  local stderr = ef and ef:read("*a") or ""
+  if ef then ef:close() end
+  os.remove(errf)
+  if lines[#lines] ~= "DONE" then
+    error("java peer " .. table.concat(args, " ") .. " failed:\n" .. table.concat(lines, "\n") .. "\n" .. stderr, 2)
+  end
+  lines[#lines] = nil
+  return lines
+end
+
+function _M.hex(s)
+  if s == nil then return "-" end
+  if s == "" then return "~" end
+  return (s:gsub(".", function(ch) return string.format("%02x", ch:byte()) end))
+end
+
+function _M.unhex(h)
+  if h == "-" then return nil end
+  if h == "~" then return "" end
+  return (h:gsub("..", function(x) return string.char(tonumber(x, 16)) end))
+end
+
+return _M
