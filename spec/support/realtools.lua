@@ -80,24 +80,34 @@ function _M.consume_all(client, topic, partitions, count, opts)
 end
 
 -- stored_batches(client, topic, partition) -> the batches the broker
--- holds from offset 0 (one Fetch, records decoded here): {magic=,
--- compression=, ...} each.
+-- holds below the high watermark ({magic=, compression=, control=, ...}
+-- each), read by Fetch requests from offset 0 and decoded here. A broker
+-- may answer with fewer batches than it has below the high watermark, so
+-- this asks again from where the last answer ended.
 function _M.stored_batches(client, topic, partition)
   local leader = assert(client:leader(topic, partition))
   local c = assert(client:broker(leader))
   local fetch = proto.api_key("Fetch")
   local v = assert(c:version(fetch))
-  local resp = assert(c:request(fetch, {
-    replica_id = -1, max_wait_ms = 0, min_bytes = 1, max_bytes = 64 * 1048576, isolation_level = 0,
-    session_id = 0, session_epoch = -1,
-    topics = { { topic = topic, partitions = { { partition = partition, fetch_offset = 0,
-      log_start_offset = -1, partition_max_bytes = 64 * 1048576, current_leader_epoch = -1 } } } },
-    forgotten_topics_data = {}, rack_id = "",
-  }, { version = v, decode = { raw_records = true } }))
-  local p = resp.responses[1].partitions[1]
-  assert(p.error_code == 0, "fetch error " .. tostring(p.error_code))
-  local _, info = proto.decode_records(p.records or "")
-  return info.batches
+  local all, offset = {}, 0
+  for _ = 1, 1000 do
+    local resp = assert(c:request(fetch, {
+      replica_id = -1, max_wait_ms = 0, min_bytes = 1, max_bytes = 64 * 1048576, isolation_level = 0,
+      session_id = 0, session_epoch = -1,
+      topics = { { topic = topic, partitions = { { partition = partition, fetch_offset = offset,
+        log_start_offset = -1, partition_max_bytes = 64 * 1048576, current_leader_epoch = -1 } } } },
+      forgotten_topics_data = {}, rack_id = "",
+    }, { version = v, decode = { raw_records = true } }))
+    local p = resp.responses[1].partitions[1]
+    assert(p.error_code == 0, "fetch error " .. tostring(p.error_code))
+    local _, info = proto.decode_records(p.records or "")
+    for _, b in ipairs(info.batches) do
+      all[#all + 1] = b
+      offset = b.base_offset + (b.last_offset_delta or 0) + 1
+    end
+    if offset >= p.high_watermark or #info.batches == 0 then return all end
+  end
+  error("stored_batches: no end to " .. topic .. "/" .. partition)
 end
 
 -- keys_hex(list) -> the hex of every key, for the Java partitioner
