@@ -44,18 +44,19 @@ describe("fuzz regressions", function()
   end)
 
   if H.int64 then
+    local maxint, minint = H.maxinteger, H.mininteger
     it("timestamps and offsets at the ends of the int64 range round-trip (wrapping deltas)", function()
-      local msgs = { { value = "a", timestamp = math.maxinteger }, { value = "b", timestamp = math.mininteger },
+      local msgs = { { value = "a", timestamp = maxint }, { value = "b", timestamp = minint },
                      { value = "c", timestamp = 0 } }
       for _, magic in ipairs({ 1, 2 }) do
-        local got = proto.decode_records(proto.encode_records(msgs, { magic = magic, base_offset = math.maxinteger - 1 }))
+        local got = proto.decode_records(proto.encode_records(msgs, { magic = magic, base_offset = maxint - 1 }))
         assert.are.equal(3, #got)
-        assert.are.equal(math.maxinteger, got[1].timestamp)
-        assert.are.equal(math.mininteger, got[2].timestamp)
+        assert.are.equal(maxint, got[1].timestamp)
+        assert.are.equal(minint, got[2].timestamp)
         assert.are.equal(0, got[3].timestamp)
-        assert.are.equal(math.maxinteger - 1, got[1].offset)
-        assert.are.equal(math.maxinteger, got[2].offset)
-        assert.are.equal(math.mininteger, got[3].offset)
+        assert.are.equal(maxint - 1, got[1].offset)
+        assert.are.equal(maxint, got[2].offset)
+        assert.are.equal(minint, got[3].offset)
       end
     end)
   else

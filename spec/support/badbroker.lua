@@ -8,8 +8,8 @@ local root = arg[0]:match("^(.*)/spec/support/")
 package.path = root .. "/lua/?.lua;" .. root .. "/spec/?.lua;" .. package.path
 local socket = require "socket"
 local proto = require "kafka.proto"
-local pack = require("support.helpers").pack
-local unpack = table.unpack or _G.unpack
+local H = require "support.helpers"
+local pack, unpack = H.pack, H.table_unpack
 
 local portfile, modes = arg[1], {}
 for m in (arg[2] or ""):gmatch("[^,]+") do modes[#modes + 1] = m end

@@ -12,7 +12,7 @@ local ranges = {
   int8 = { -128, 127 }, int16 = { -32768, 32767 }, uint16 = { 0, 65535 },
   int32 = { -2147483648, 2147483647 }, uint32 = { 0, 4294967295 },
   -- without Lua integers (5.1, LuaJIT) int64 values are doubles, exact to 2^53
-  int64 = H.int64 and { math.mininteger, math.maxinteger } or { -2 ^ 53, 2 ^ 53 },
+  int64 = H.int64 and { H.mininteger, H.maxinteger } or { -2 ^ 53, 2 ^ 53 },
 }
 
 
@@ -30,9 +30,9 @@ local function gen_int(r, ty)
   if ty == "int64" then
     -- (a << 31) ~ b, in arithmetic: 63 bits with integers, 53 without
     local a, b = r.next(), r.next()
-    local hi = math.floor(a / 2)
-    if not H.int64 then hi = hi % 2097152 end
-    return hi * 4294967296 + ((a + math.floor(b / 2147483648)) % 2) * 2147483648 + b % 2147483648
+    local top = math.floor(a / 2)
+    if not H.int64 then top = top % 2097152 end
+    return top * 4294967296 + ((a + math.floor(b / 2147483648)) % 2) * 2147483648 + b % 2147483648
   end
   return lo + r.next() % (hi - lo + 1)
 end

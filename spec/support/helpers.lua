@@ -42,9 +42,17 @@ end
 -- Portability: the specs run on Lua 5.4, 5.3, 5.1 and LuaJIT 2.1, so no
 -- bitwise operators, no //, no string.pack where the Lua lacks it.
 
+-- The version-specific names, looked up here only (luacheck checks the specs
+-- against the names every Lua has).
+-- luacheck: push std max
 -- Whether Lua numbers include 64-bit integers (5.3/5.4). Without them int64
 -- fields are doubles, exact up to 2^53 (README "64-bit values").
 _M.int64 = math.type ~= nil
+_M.maxinteger, _M.mininteger = math.maxinteger, math.mininteger
+_M.table_unpack = table.unpack or unpack
+local string_pack, string_unpack = string.pack, string.unpack
+local is_luajit = jit ~= nil
+-- luacheck: pop
 
 -- The interpreter running the specs, for child Lua processes (the module in
 -- LUA_CPATH is built for it): the command line's interpreter, else by version.
@@ -52,7 +60,7 @@ function _M.lua_interpreter()
   local i, exe = -1, nil
   while arg and arg[i] do exe, i = arg[i], i - 1 end
   if exe then return exe end
-  if jit then return "luajit" end
+  if is_luajit then return "luajit" end
   return "lua" .. _VERSION:match("%d+%.%d+")
 end
 
@@ -175,11 +183,11 @@ local function unpack(fmt, s, pos)
     out[#out + 1] = v
   end
   out[#out + 1] = pos
-  return (table.unpack or _G.unpack)(out)
+  return _M.table_unpack(out)
 end
 
-_M.pack = string.pack or pack
-_M.unpack = string.unpack or unpack
+_M.pack = string_pack or pack
+_M.unpack = string_unpack or unpack
 _M.portable_pack, _M.portable_unpack = pack, unpack
 
 -- The kafka-python oracle: runs spec/support/kp.py with Debian's python.
