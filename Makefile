@@ -1,5 +1,8 @@
-# lua-kafka: build, test, lint. `make LUA=luajit` builds the same module for LuaJIT 2.1.
+# lua-kafka: build, test, lint. `make LUA=lua5.3|lua5.1|luajit` builds the same module
+# for that Lua into build/<lua>/kafka/core.so.
 LUA ?= lua5.4
+# The Luas `make test` runs the whole suite on, in this order.
+LUAS ?= lua5.4 lua5.3 lua5.1 luajit
 ifeq ($(LUA),luajit)
   LUA_PC := luajit
 else
@@ -28,7 +31,7 @@ BUSTED := $(shell command -v busted)
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: all test test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: all test test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -48,19 +51,33 @@ $(MOCKBROKER): spec/support/mockbroker.c
 
 mock: $(MOCKBROKER)
 
-# The README's test command: the whole suite on Lua 5.4, then the LuaJIT smoke spec.
-test: all $(MOCKBROKER)
-	$(MAKE) LUA=luajit all
+# The README's test command: the whole suite on each Lua in LUAS (each with its
+# own build in LUA_CPATH), then the LuaJIT smoke spec. Every Lua runs even if
+# one fails; the list of failing Luas comes last.
+test: $(MOCKBROKER)
+	@failed=""; for l in $(LUAS); do \
+	  echo "== the whole suite on $$l"; \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory test-lua LUA=$$l || failed="$$failed $$l"; \
+	  echo "== $$l: $$(( $$(date +%s) - start )) s"; \
+	done; \
+	$(MAKE) --no-print-directory test-luajit || failed="$$failed luajit-smoke"; \
+	if [ -n "$$failed" ]; then echo "== make test failed on:$$failed"; exit 1; fi
+
+# The whole suite on one Lua: make test-lua LUA=lua5.1 (the nginx spec always
+# loads the LuaJIT build, inside nginx).
+test-lua: all $(MOCKBROKER)
+	$(MAKE) --no-print-directory LUA=luajit all
 	$(TEST_ENV) $(LUA) $(BUSTED) spec
-	$(MAKE) test-luajit
 
 test-luajit:
-	$(MAKE) LUA=luajit all
+	$(MAKE) --no-print-directory LUA=luajit all
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
 	LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit $(BUSTED) spec/luajit_smoke.lua
 
 lint:
 	luacheck lua spec examples tools bench
+	luac5.1 -p lua/kafka/*.lua spec/*.lua spec/support/*.lua # Lua 5.1 syntax: no //, bitwise ops, goto
 	cppcheck --enable=warning,performance,portability,style --error-exitcode=1 --inline-suppr -q \
 	  --std=c99 -I csrc csrc/*.c fuzz/*.c spec/support/mockbroker.c
 	$(MAKE) clean-objs

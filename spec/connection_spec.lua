@@ -4,18 +4,21 @@
 local kafka = require "kafka"
 local socket = require "socket"
 local connection = kafka.connection
+local H = require "support.helpers"
 
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/") or "."
 
 local function start_bad(modes)
   local portfile = os.tmpname()
   os.remove(portfile)
-  local p = assert(io.popen(("exec lua5.4 %s/spec/support/badbroker.lua %s %s"):format(root, portfile, modes), "r"))
+  -- the broker runs under this interpreter: LUA_CPATH holds the module built for it
+  local p = assert(io.popen(("exec %s %s/spec/support/badbroker.lua %s %s"):format(H.lua_interpreter(), root, portfile, modes),
+    "r"))
   local deadline = socket.gettime() + 10
   while socket.gettime() < deadline do
     local f = io.open(portfile)
     if f then
-      local port = tonumber(f:read("l"))
+      local port = tonumber(f:read("*l"))
       f:close()
       os.remove(portfile)
       if port then return p, port end

@@ -84,7 +84,7 @@ describe("kcat interop", function()
       local cmd = ("kcat -b %s -C -t %s -o beginning -e -q -X check.crcs=true -f %s 2>&1"):format(
         m.bootstrap, topic, sh_quote("%p\\t%o\\t%k\\t%s\\t%h\\n"))
       local h = assert(io.popen(cmd))
-      local out = h:read("a")
+      local out = h:read("*a")
       assert(h:close(), out)
       local n = 0
       for part, off, key, value, hdrs in out:gmatch("(%d+)\t(%d+)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do

@@ -3,17 +3,18 @@
 local proto = require "kafka.proto"
 local gen = require "support.gen"
 local H = require "support.helpers"
+local pack, unpack = H.pack, H.unpack
 
 local function pack_msgs(msgs)
   local out = {}
   local function lb(s)
-    if s == nil then return string.pack(">i4", -1) end
-    return string.pack(">i4", #s) .. s
+    if s == nil then return pack(">i4", -1) end
+    return pack(">i4", #s) .. s
   end
   for i, m in ipairs(msgs) do
     local hs = m.headers or {}
-    local parts = { string.pack(">i8i8", m.offset or (i - 1), m.timestamp or -1), lb(m.key), lb(m.value),
-      string.pack(">i4", #hs) }
+    local parts = { pack(">i8i8", m.offset or (i - 1), m.timestamp or -1), lb(m.key), lb(m.value),
+      pack(">i4", #hs) }
     for _, h in ipairs(hs) do parts[#parts + 1] = lb(h.key) .. lb(h.value) end
     out[#out + 1] = table.concat(parts)
   end
@@ -24,7 +25,7 @@ local function unpack_msgs(s)
   local msgs, pos = {}, 1
   local function lb()
     local n
-    n, pos = string.unpack(">i4", s, pos)
+    n, pos = unpack(">i4", s, pos)
     if n < 0 then return nil end
     local v = s:sub(pos, pos + n - 1)
     pos = pos + n
@@ -32,11 +33,11 @@ local function unpack_msgs(s)
   end
   while pos <= #s do
     local m = {}
-    m.offset, m.timestamp, pos = string.unpack(">i8i8", s, pos)
+    m.offset, m.timestamp, pos = unpack(">i8i8", s, pos)
     m.key = lb()
     m.value = lb()
     local nh
-    nh, pos = string.unpack(">i4", s, pos)
+    nh, pos = unpack(">i4", s, pos)
     if nh > 0 then
       m.headers = {}
       for j = 1, nh do m.headers[j] = { key = lb(), value = lb() } end
@@ -155,7 +156,7 @@ describe("kafka-python interop", function()
           local at = 1
           while theirs:sub(at, at) == c.ours:sub(at, at) do at = at + 1 end
           at = at - (at - 1) % 2
-          bad[#bad + 1] = ("%s: bodies differ at byte %d: ours %s, theirs %s"):format(c.what, (at - 1) // 2,
+          bad[#bad + 1] = ("%s: bodies differ at byte %d: ours %s, theirs %s"):format(c.what, math.floor((at - 1) / 2),
             c.ours:sub(at, at + 40), theirs:sub(at, at + 40))
         else
           bad[#bad + 1] = c.what .. ": " .. line:sub(1, 200)

@@ -35,14 +35,14 @@ describe("nginx cosockets", function()
     prefix = os.tmpname()
     os.remove(prefix)
     assert(sh(("mkdir -p %s/conf %s/logs %s/tmp"):format(prefix, prefix, prefix)))
-    local conf = assert(io.open(root .. "/spec/nginx/nginx.conf.in")):read("a")
-    local user = io.popen("id -u"):read("l") == "0" and "user root;" or ""
+    local conf = assert(io.open(root .. "/spec/nginx/nginx.conf.in")):read("*a")
+    local user = io.popen("id -u"):read("*l") == "0" and "user root;" or ""
     conf = conf:gsub("@ROOT@", root):gsub("@PORT@", tostring(port)):gsub("@USER@", user)
     local f = assert(io.open(prefix .. "/conf/nginx.conf", "w"))
     f:write(conf)
     f:close()
     assert(sh(("nginx -p %s -c conf/nginx.conf -e logs/error.log"):format(prefix)),
-      "nginx did not start: " .. tostring(io.open(prefix .. "/logs/error.log") and io.open(prefix .. "/logs/error.log"):read("a")))
+      "nginx did not start: " .. tostring(io.open(prefix .. "/logs/error.log") and io.open(prefix .. "/logs/error.log"):read("*a")))
     m = mock.start { brokers = 3 }
   end)
   teardown(function()
@@ -57,7 +57,7 @@ describe("nginx cosockets", function()
     assert(body, code)
     if code ~= 200 then
       local log = io.open(prefix .. "/logs/error.log")
-      error(("HTTP %s: %s\n%s"):format(tostring(code), body, log and log:read("a") or ""))
+      error(("HTTP %s: %s\n%s"):format(tostring(code), body, log and log:read("*a") or ""))
     end
     return body
   end

@@ -4,11 +4,14 @@
 local proto = require "kafka.proto"
 local gen = require "support.gen"
 local H = require "support.helpers"
+local pack = H.pack
+
+local MiB = 1048576
 
 local function with_size(frame, n)
   -- the first n bytes of frame, with a size prefix that matches them
   local body = frame:sub(5, n)
-  return string.pack(">i4", #body) .. body
+  return pack(">i4", #body) .. body
 end
 
 local function goldens()
@@ -79,7 +82,7 @@ describe("robustness", function()
       for _ = 1, 30 do
         local s = g.resp
         local pos = 5 + r.next() % (#s - 4)
-        local flipped = s:sub(1, pos - 1) .. string.char(s:byte(pos) ~ (1 << (r.next() % 8))) .. s:sub(pos + 1)
+        local flipped = s:sub(1, pos - 1) .. string.char(H.flip_bit(s:byte(pos), r.next() % 8)) .. s:sub(pos + 1)
         local a, b = proto.decode_response(g.api, g.v, flipped)
         if a == nil then
           assert.is_string(b)
@@ -97,29 +100,29 @@ describe("robustness", function()
     collectgarbage()
     local before = collectgarbage("count")
     -- Metadata v0 response claiming 2^31-1 brokers
-    local f = string.pack(">i4i4i4", 8, 1, 0x7fffffff)
+    local f = pack(">i4i4i4", 8, 1, 0x7fffffff)
     local ok, err, code = proto.decode_response("Metadata", 0, f)
     assert.is_nil(ok)
     assert.are.equal("corrupt", code)
     assert.matches("array length 'brokers' at byte 8", err)
     assert.is_true(collectgarbage("count") - before < 1024)
     -- negative count other than -1
-    ok, err = proto.decode_response("Metadata", 0, string.pack(">i4i4i4", 8, 1, -5))
+    ok, err = proto.decode_response("Metadata", 0, pack(">i4i4i4", 8, 1, -5))
     assert.is_nil(ok)
     assert.matches("bad array length 'brokers' at byte 8", err)
     -- -1 where the array is not nullable
-    ok, err = proto.decode_response("Metadata", 0, string.pack(">i4i4i4", 8, 1, -1))
+    ok, err = proto.decode_response("Metadata", 0, pack(">i4i4i4", 8, 1, -1))
     assert.is_nil(ok)
     assert.matches("null array 'brokers' at byte 8 is not nullable", err)
     -- a string length past the end, and a negative one
-    ok, err = proto.decode_response("FindCoordinator", 0, string.pack(">i4i4i2i4i2", 12, 1, 0, 1, 300))
+    ok, err = proto.decode_response("FindCoordinator", 0, pack(">i4i4i2i4i2", 12, 1, 0, 1, 300))
     assert.is_nil(ok)
     assert.matches("truncated string 'host' at byte 14", err)
-    ok, err = proto.decode_response("FindCoordinator", 0, string.pack(">i4i4i2i4i2", 12, 1, 0, 1, -2))
+    ok, err = proto.decode_response("FindCoordinator", 0, pack(">i4i4i2i4i2", 12, 1, 0, 1, -2))
     assert.is_nil(ok)
     assert.matches("bad string 'host' at byte 14", err)
     -- compact (flexible) lengths too: ApiVersions v3 with a huge varint count
-    ok, err = proto.decode_response("ApiVersions", 3, string.pack(">i4i4i2", 11, 1, 0) .. "\xff\xff\xff\xff\x07")
+    ok, err = proto.decode_response("ApiVersions", 3, pack(">i4i4i2", 11, 1, 0) .. "\255\255\255\255\7")
     assert.is_nil(ok)
     assert.matches("api_keys", err)
   end)
@@ -140,18 +143,18 @@ describe("robustness", function()
   end)
 
   it("decompression bombs stop at the limit: 1 GiB declared from 1 MiB", function()
-    local zeros = ("\0"):rep(64 << 20)
+    local zeros = ("\0"):rep(64 * MiB)
     for _, codec in ipairs({ "gzip", "zstd" }) do
       local one = proto.compress(codec, zeros)
       local bomb = one:rep(16) -- concatenated members/frames: 1 GiB out
-      assert.is_true(#bomb < 2 << 20)
-      local ok, err, code = proto.decompress(codec, bomb, 8 << 20)
+      assert.is_true(#bomb < 2 * MiB)
+      local ok, err, code = proto.decompress(codec, bomb, 8 * MiB)
       assert.is_nil(ok)
       assert.are.equal("limit", code)
       assert.matches("limit", err)
       -- inside a batch, the batch is skipped and reported
       local batch = proto.encode_records({ { value = "x" } })
-      local got, info = proto.decode_records(batch, { max_decompressed = 8 << 20 })
+      local got, info = proto.decode_records(batch, { max_decompressed = 8 * MiB })
       assert.are.equal(1, #got)
       assert.is_nil(info.errors)
     end
@@ -161,13 +164,13 @@ describe("robustness", function()
 
   it("bounded memory: a hostile Fetch response costs a small multiple of its size plus the limit", function()
     -- four partitions, each a zstd bomb: 16 frames of 64 MiB of zeros (1 GiB declared)
-    local one = proto.compress("zstd", ("\0"):rep(64 << 20))
+    local one = proto.compress("zstd", ("\0"):rep(64 * MiB))
     local bomb = proto.encode_records({ { value = "x" } }) -- a valid batch whose records we replace
     local payload = one:rep(16)
     -- a v2 batch header (61 bytes) with zstd attributes, then the bomb as its records
     local hdr = bomb:sub(1, 61)
-    local body = hdr:sub(1, 21) .. string.pack(">i2", 4) .. hdr:sub(24, 61) .. payload
-    local batch = body:sub(1, 8) .. string.pack(">i4", #body - 12) .. body:sub(13)
+    local body = hdr:sub(1, 21) .. pack(">i2", 4) .. hdr:sub(24, 61) .. payload
+    local batch = body:sub(1, 8) .. pack(">i4", #body - 12) .. body:sub(13)
     local parts = {}
     for i = 0, 3 do parts[#parts + 1] = { partition_index = i, high_watermark = 1, records = batch } end
     local frame = proto.encode_response("Fetch", 11, 1, { responses = { { topic = "t", partitions = parts } } })
@@ -175,7 +178,7 @@ describe("robustness", function()
     collectgarbage()
     local lua_before = collectgarbage("count")
     proto.mem_stats(true)
-    local limit = 4 << 20
+    local limit = 4 * MiB
     local corr, got = proto.decode_response("Fetch", 11, frame, { max_decompressed = limit, check_crc = false })
     assert.are.equal(1, corr)
     local _, peak = proto.mem_stats()
@@ -184,12 +187,12 @@ describe("robustness", function()
       assert.matches("exceeds the limit", p.records.errors[1])
     end
     -- decompression buffers grow by doubling: at most 2x the limit, plus slack
-    assert.is_true(peak <= 2 * limit + 4 * #frame + (1 << 20), "C peak " .. peak)
+    assert.is_true(peak <= 2 * limit + 4 * #frame + MiB, "C peak " .. peak)
     assert.is_true(collectgarbage("count") - lua_before < 256, "Lua grew")
     -- counts of 2^31-1 allocate nothing for them
     proto.mem_stats(true)
     lua_before = collectgarbage("count")
-    for _ = 1, 100 do proto.decode_response("Metadata", 0, string.pack(">i4i4i4", 8, 1, 0x7fffffff)) end
+    for _ = 1, 100 do proto.decode_response("Metadata", 0, pack(">i4i4i4", 8, 1, 0x7fffffff)) end
     local cur2, peak2 = proto.mem_stats()
     assert.is_true(peak2 - cur2 < 4096)
     assert.is_true(collectgarbage("count") - lua_before < 512)
@@ -200,8 +203,8 @@ describe("robustness", function()
     for _ = 1, 5 do
       -- wrap the set as the value of a gzip wrapper message
       local set = proto.compress("gzip", inner)
-      local body = string.pack(">i1i1i8", 1, 1, 0) .. string.pack(">i4", -1) .. string.pack(">s4", set)
-      inner = string.pack(">i8i4", 0, #body + 4) .. string.pack(">I4", proto.crc32(body)) .. body
+      local body = pack(">i1i1i8", 1, 1, 0) .. pack(">i4", -1) .. pack(">s4", set)
+      inner = pack(">i8i4", 0, #body + 4) .. pack(">I4", proto.crc32(body)) .. body
     end
     local got, info = proto.decode_records(inner)
     assert.are.equal(0, #got)
@@ -224,7 +227,7 @@ describe("robustness", function()
   end)
 
   it("decode_request: an unknown api is data, not a raise", function()
-    local ok, err, code = proto.decode_request(string.pack(">i4i2i2i4i2", 10, 999, 0, 1, -1))
+    local ok, err, code = proto.decode_request(pack(">i4i2i2i4i2", 10, 999, 0, 1, -1))
     assert.is_nil(ok)
     assert.are.equal("unsupported", code)
     assert.matches("api key 999", err)

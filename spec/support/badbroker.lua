@@ -1,12 +1,15 @@
 -- A misbehaving broker for the connection specs. Serves one connection at a
 -- time on loopback; answers ApiVersions and Metadata correctly and breaks
 -- its answers to ListOffsets as told, one mode per ListOffsets request:
---   lua5.4 badbroker.lua PORTFILE MODE[,MODE...]
+--   lua5.x|luajit badbroker.lua PORTFILE MODE[,MODE...] (the specs' interpreter)
 -- Modes: ok, close_mid_frame, garbage, wrong_corr, silent (no answer),
 -- short_frame (a 2-byte frame). After the list it answers ok.
-package.path = arg[0]:match("^(.*)/spec/support/") .. "/lua/?.lua;" .. package.path
+local root = arg[0]:match("^(.*)/spec/support/")
+package.path = root .. "/lua/?.lua;" .. root .. "/spec/?.lua;" .. package.path
 local socket = require "socket"
 local proto = require "kafka.proto"
+local H = require "support.helpers"
+local pack, unpack = H.pack, H.table_unpack
 
 local portfile, modes = arg[1], {}
 for m in (arg[2] or ""):gmatch("[^,]+") do modes[#modes + 1] = m end
@@ -44,10 +47,10 @@ local function answer(conn, req)
     if mode == "close_mid_frame" then conn:send(frame:sub(1, 10)); return nil end
     if mode == "garbage" then
       -- throttle 0, then a topic count of 2^31-1 in a 12-byte frame
-      return conn:send(string.pack(">i4i4", 12, corr) .. string.pack(">i4i4", 0, 0x7fffffff))
+      return conn:send(pack(">i4i4", 12, corr) .. pack(">i4i4", 0, 0x7fffffff))
     end
-    if mode == "wrong_corr" then return conn:send(frame:sub(1, 4) .. string.pack(">i4", corr + 1000) .. frame:sub(9)) end
-    if mode == "short_frame" then return conn:send(string.pack(">i4", 2) .. "\0\0") end
+    if mode == "wrong_corr" then return conn:send(frame:sub(1, 4) .. pack(">i4", corr + 1000) .. frame:sub(9)) end
+    if mode == "short_frame" then return conn:send(pack(">i4", 2) .. "\0\0") end
     if mode == "silent" then return true end
   end
   return nil
@@ -58,7 +61,7 @@ end
 local clients = {}
 local idle_since = socket.gettime()
 while true do
-  local readable = socket.select({ server, table.unpack(clients) }, nil, 0.2)
+  local readable = socket.select({ server, unpack(clients) }, nil, 0.2)
   for _, s in ipairs(readable) do
     if s == server then
       local conn = server:accept()

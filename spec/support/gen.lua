@@ -2,6 +2,7 @@
 -- tree, with nulls, empties, long strings and tagged fields present or
 -- absent, plus a positional JSON form for kafka-python.
 local proto = require "kafka.proto"
+local H = require "support.helpers"
 local string, table, math = string, table, math
 local ipairs, tostring = ipairs, tostring
 
@@ -10,7 +11,8 @@ local _M = {}
 local ranges = {
   int8 = { -128, 127 }, int16 = { -32768, 32767 }, uint16 = { 0, 65535 },
   int32 = { -2147483648, 2147483647 }, uint32 = { 0, 4294967295 },
-  int64 = { math.mininteger, math.maxinteger },
+  -- without Lua integers (5.1, LuaJIT) int64 values are doubles, exact to 2^53
+  int64 = H.int64 and { H.mininteger, H.maxinteger } or { -2 ^ 53, 2 ^ 53 },
 }
 
 
@@ -25,7 +27,13 @@ local function gen_int(r, ty)
   local c = r.next() % 6
   if c == 0 then return lo elseif c == 1 then return hi elseif c == 2 then return 0 end
   if c == 3 and lo < 0 then return -1 end
-  if ty == "int64" then return (r.next() << 31) ~ r.next() end
+  if ty == "int64" then
+    -- (a << 31) ~ b, in arithmetic: 63 bits with integers, 53 without
+    local a, b = r.next(), r.next()
+    local top = math.floor(a / 2)
+    if not H.int64 then top = top % 2097152 end
+    return top * 4294967296 + ((a + math.floor(b / 2147483648)) % 2) * 2147483648 + b % 2147483648
+  end
   return lo + r.next() % (hi - lo + 1)
 end
 

@@ -39,14 +39,72 @@ function _M.deep_diff(a, b, path)
   return nil
 end
 
--- A small deterministic generator (xorshift), identical on every Lua.
+-- Portability: the specs run on Lua 5.4, 5.3, 5.1 and LuaJIT 2.1, so no
+-- bitwise operators, no //, no string.pack where the Lua lacks it.
+
+-- The version-specific names, looked up here only (luacheck checks the specs
+-- against the names every Lua has).
+-- luacheck: push std max
+-- Whether Lua numbers include 64-bit integers (5.3/5.4). Without them int64
+-- fields are doubles, exact up to 2^53 (README "64-bit values").
+_M.int64 = math.type ~= nil
+_M.maxinteger, _M.mininteger = math.maxinteger, math.mininteger
+_M.table_unpack = table.unpack or unpack
+local string_pack, string_unpack = string.pack, string.unpack
+local is_luajit = jit ~= nil
+-- luacheck: pop
+
+-- The interpreter running the specs, for child Lua processes (the module in
+-- LUA_CPATH is built for it): the command line's interpreter, else by version.
+function _M.lua_interpreter()
+  local i, exe = -1, nil
+  while arg and arg[i] do exe, i = arg[i], i - 1 end
+  if exe then return exe end
+  if is_luajit then return "luajit" end
+  return "lua" .. _VERSION:match("%d+%.%d+")
+end
+
+-- Exclusive or of two 32-bit non-negative numbers, by bytes through a table.
+local XOR8 = {}
+for a = 0, 255 do
+  for b = 0, 255 do
+    local x, y, r, bit = a, b, 0, 1
+    for _ = 1, 8 do
+      if x % 2 ~= y % 2 then r = r + bit end
+      x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+    end
+    XOR8[a * 256 + b] = r
+  end
+end
+local floor = math.floor
+local function bxor32(a, b)
+  local r, m = 0, 1
+  for _ = 1, 4 do
+    local a8, b8 = a % 256, b % 256
+    r = r + XOR8[a8 * 256 + b8] * m
+    a, b, m = floor(a / 256), floor(b / 256), m * 256
+  end
+  return r
+end
+_M.bxor32 = bxor32
+
+-- byte with bit k (0-7) flipped
+function _M.flip_bit(byte, k)
+  local bit = 2 ^ k
+  if floor(byte / bit) % 2 == 1 then return floor(byte - bit) end
+  return floor(byte + bit)
+end
+
+-- A small deterministic generator (xorshift32: s ^= s << 13; s ^= s >> 17;
+-- s ^= s << 5), in arithmetic exact on every Lua: the same sequence on 5.4,
+-- 5.3, 5.1 and LuaJIT, and the same as the bitwise version it replaces.
 function _M.rng(seed)
   local s = seed or 88172645
   local r = {}
   function r.next()
-    s = (s ~ (s << 13)) & 0xffffffff
-    s = s ~ (s >> 17)
-    s = (s ~ (s << 5)) & 0xffffffff
+    s = bxor32(s, (s % 524288) * 8192)  -- << 13, mod 2^32
+    s = bxor32(s, floor(s / 131072))    -- >> 17
+    s = bxor32(s, (s % 134217728) * 32) -- << 5, mod 2^32
     return s
   end
   function r.int(lo, hi) return lo + r.next() % (hi - lo + 1) end
@@ -57,6 +115,80 @@ function _M.rng(seed)
   end
   return r
 end
+
+-- Big-endian pack/unpack for the formats the specs use (">" with i1 i2 i4
+-- i8 I4 s4): string.pack/unpack where the Lua has them, else arithmetic
+-- (int64 values exact up to 2^53, as the codec's own 64-bit policy).
+local function uint_bytes(v, n)
+  local t = {}
+  for i = n, 1, -1 do
+    local b = v % 256
+    t[i] = string.char(b)
+    v = (v - b) / 256
+  end
+  return table.concat(t)
+end
+
+local function pack(fmt, ...)
+  assert(fmt:sub(1, 1) == ">", "big-endian formats only")
+  local out, i = {}, 0
+  for kind, size in fmt:sub(2):gmatch("([iIs])(%d)") do
+    i = i + 1
+    local v = select(i, ...)
+    size = tonumber(size)
+    if kind == "s" then
+      out[#out + 1] = uint_bytes(#v, size) .. v
+    else
+      assert(v == floor(v), "integer expected")
+      if size == 8 then
+        local hi = floor(v / 4294967296)
+        out[#out + 1] = uint_bytes(hi % 4294967296, 4) .. uint_bytes(v - hi * 4294967296, 4)
+      else
+        out[#out + 1] = uint_bytes(v % 2 ^ (8 * size), size)
+      end
+    end
+  end
+  return table.concat(out)
+end
+
+local function uint_at(s, pos, n)
+  local v = 0
+  for j = pos, pos + n - 1 do v = v * 256 + s:byte(j) end
+  return v
+end
+
+local function unpack(fmt, s, pos)
+  assert(fmt:sub(1, 1) == ">", "big-endian formats only")
+  pos = pos or 1
+  local out = {}
+  for kind, size in fmt:sub(2):gmatch("([iIs])(%d)") do
+    size = tonumber(size)
+    assert(pos + size - 1 <= #s, "data string too short")
+    local v
+    if kind == "s" then
+      local n = uint_at(s, pos, size)
+      v = s:sub(pos + size, pos + size + n - 1)
+      pos = pos + size + n
+    else
+      if size == 8 then
+        local hi = uint_at(s, pos, 4)
+        if hi >= 2147483648 then hi = hi - 4294967296 end
+        v = hi * 4294967296 + uint_at(s, pos + 4, 4)
+      else
+        v = uint_at(s, pos, size)
+        if kind == "i" and v >= 2 ^ (8 * size - 1) then v = v - 2 ^ (8 * size) end
+      end
+      pos = pos + size
+    end
+    out[#out + 1] = v
+  end
+  out[#out + 1] = pos
+  return _M.table_unpack(out)
+end
+
+_M.pack = string_pack or pack
+_M.unpack = string_unpack or unpack
+_M.portable_pack, _M.portable_unpack = pack, unpack
 
 -- The kafka-python oracle: runs spec/support/kp.py with Debian's python.
 _M.python = "/usr/bin/python3"
@@ -77,12 +209,17 @@ function _M.kp(cmd, input, ...)
   local args = { ... }
   for i = 1, #args do args[i] = "'" .. tostring(args[i]) .. "'" end
   local dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
-  local line = string.format("%s %skp.py %s %s %s %s 2>&1", _M.python, dir, cmd, inf, outf, table.concat(args, " "))
+  -- the exit status is echoed: Lua 5.1's pipe close does not report it
+  local line = string.format("%s %skp.py %s %s %s %s 2>&1; echo \"kp-exit=$?\"", _M.python, dir, cmd, inf, outf,
+    table.concat(args, " "))
   local p = assert(io.popen(line))
-  local log = p:read("a")
-  local ok = p:close()
+  local log = p:read("*a")
+  p:close()
+  local status
+  log = log:gsub("kp%-exit=(%d+)\n$", function(x) status = tonumber(x); return "" end)
+  local ok = status == 0
   local o = io.open(outf, "rb")
-  local out = o and o:read("a")
+  local out = o and o:read("*a")
   if o then o:close() end
   os.remove(inf)
   os.remove(outf)

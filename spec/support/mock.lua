@@ -14,7 +14,7 @@ _M.binary = root .. "/build/mockbroker"
 local function read(path)
   local f = io.open(path, "rb")
   if not f then return nil end
-  local s = f:read("a")
+  local s = f:read("*a")
   f:close()
   return s
 end
