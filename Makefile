@@ -28,10 +28,15 @@ MODULE := $(BUILD)/kafka/core.so
 HEADERS := $(wildcard csrc/*.h)
 
 BUSTED := $(shell command -v busted)
+# Real Kafka brokers for the specs (spec/support/kafka/): started on first
+# use, shared by every Lua run of one `make test`, stopped at its end.
+WITH_BROKERS := spec/support/kafka/with-brokers.sh
+# the sanitizer and valgrind runs use the main broker version only
+SANITIZE_KAFKA ?= 4.1.2
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: all test test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -55,6 +60,9 @@ mock: $(MOCKBROKER)
 # own build in LUA_CPATH), then the LuaJIT smoke spec. Every Lua runs even if
 # one fails; the list of failing Luas comes last.
 test: $(MOCKBROKER)
+	@$(WITH_BROKERS) $(MAKE) --no-print-directory test-all
+
+test-all:
 	@failed=""; for l in $(LUAS); do \
 	  echo "== the whole suite on $$l"; \
 	  start=$$(date +%s); \
@@ -92,7 +100,7 @@ asan:
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0 \
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
-	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" lua5.4 $(BUSTED) spec
+	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" KAFKA_VERSIONS=$(SANITIZE_KAFKA) $(WITH_BROKERS) lua5.4 $(BUSTED) spec
 
 # The demo: the mock cluster (or KAFKA_BROKERS), 10,000 messages per codec there and back.
 demo: all $(MOCKBROKER)
@@ -129,8 +137,9 @@ corpus: all
 # The bulk client specs run 10,000 messages per codec here instead of 100,000.
 valgrind: all $(MOCKBROKER)
 	$(MAKE) LUA=luajit all
-	SPEC_BULK_N=10000 $(TEST_ENV) valgrind --quiet --error-exitcode=1 --leak-check=full \
-	  --errors-for-leak-kinds=definite --show-leak-kinds=definite lua5.4 $(BUSTED) spec
+	SPEC_BULK_N=10000 KAFKA_VERSIONS=$(SANITIZE_KAFKA) $(TEST_ENV) $(WITH_BROKERS) valgrind --quiet \
+	  --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
+	  lua5.4 $(BUSTED) spec
 
 # Line coverage of csrc/ under the whole suite (gcov), written to build/cov/summary.txt.
 coverage: $(MOCKBROKER)
@@ -138,7 +147,7 @@ coverage: $(MOCKBROKER)
 	$(MAKE) LUA=lua5.4 BUILD=build/cov CFLAGS="-O0 -g --coverage" EXTRA_LDFLAGS="--coverage" build/cov/kafka/core.so
 	$(MAKE) LUA=luajit all
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
-	LUA_CPATH="$(CURDIR)/build/cov/?.so;;" lua5.4 $(BUSTED) spec
+	LUA_CPATH="$(CURDIR)/build/cov/?.so;;" $(WITH_BROKERS) lua5.4 $(BUSTED) spec
 	cd build/cov && gcov -n $(patsubst csrc/%.c,%.o,$(CORE_SRC) $(GLUE_SRC)) 2>/dev/null | \
 	  awk '/^File .*csrc/ {f=$$2} /^Lines executed/ && f {split($$2,a,":"); sub("%","",a[2]); \
 	    n=$$4; hit=a[2]*n/100; th+=hit; tn+=n; printf "%-28s %6.2f%% of %d\n", f, a[2], n; f=""} \

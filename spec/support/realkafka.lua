@@ -146,7 +146,7 @@ function _M.java(args, opts)
     local dir = root .. "/build/kafka/peer"
     local src = root .. "/spec/support/kafka/Peer.java"
     local out
-    ok, out = sh(("mkdir -p %s && javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, cp, src))
+    ok, out = sh(("mkdir -p %s && LD_PRELOAD= javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, cp, src))
     if not ok then error("javac Peer.java: " .. out, 2) end
     peer_cp = dir .. ":" .. cp
   end
@@ -161,7 +161,7 @@ function _M.java(args, opts)
   local q = {}
   for i, a in ipairs(args) do q[i] = "'" .. tostring(a) .. "'" end
   local errf = os.tmpname()
-  local cmd = ("timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' "
+  local cmd = ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' "
     .. "-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s Peer %s 2>%s")
     :format(opts.timeout or 120, peer_cp, root, opts.bootstrap or "127.0.0.1:9092", props, table.concat(q, " "), errf)
   local p = assert(io.popen(cmd))

@@ -19,6 +19,8 @@
 # OWNER process is gone, so an interrupted busted never leaves a broker.
 # Every wait has a deadline; a failure names the step and the log file.
 set -euo pipefail
+# the sanitizer run preloads ASan into the specs' processes; never into a JVM
+unset LD_PRELOAD
 
 H=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$H/../../.." && pwd)
