@@ -13,7 +13,8 @@ local CODECS = { "none", "gzip", "snappy", "lz4", "zstd" }
 
 -- the message of id i: every field derived from i, so a consumer can check it
 local function message(i)
-  local key = ("key-%d"):format(i % 37):sub(1, 1 + i % 8) -- lengths 1-8, every residue mod 4
+  -- keys of every length 0-16 (so every tail of murmur2), many distinct ones of each
+  local key = ("%08x%08x"):format(i * 2654435761 % 4294967296, i):sub(1, i % 17)
   local value = ("v%d-"):format(i) .. ("abcdefgh"):rep(i % 9 * 8)
   return key, value, { { key = "i", value = tostring(i) }, { key = "empty", value = "" } }, 1700000000000 + i
 end
@@ -21,13 +22,13 @@ end
 local function java_partitions(keys, nparts, bootstrap)
   local hexes, seen = {}, {}
   for _, k in ipairs(keys) do
-    if not seen[k] then seen[k] = true; hexes[#hexes + 1] = rt.hex(k) end
+    if not seen[k] then seen[k] = true; hexes[#hexes + 1] = rk.hex(k) end
   end
   local args = { "partition", nparts }
   for _, h in ipairs(hexes) do args[#args + 1] = h end
   local out = {}
   for _, line in ipairs(rk.java(args, { bootstrap = bootstrap })) do
-    local h, p = line:match("^PART (%x+) (%d+)$")
+    local h, p = line:match("^PART (%S+) (%d+)$")
     out[rk.unhex(h)] = tonumber(p)
   end
   return out

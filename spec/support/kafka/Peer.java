@@ -56,6 +56,7 @@ public class Peer {
     }
 
     static byte[] unhex(String h) {
+        if (h.equals("~")) return new byte[0];
         byte[] b = new byte[h.length() / 2];
         for (int i = 0; i < b.length; i++) b[i] = (byte) Integer.parseInt(h.substring(2 * i, 2 * i + 2), 16);
         return b;
