@@ -1,16 +1,23 @@
--- examples/demo.lua: what `make demo` runs. Starts librdkafka's mock
--- cluster (3 brokers) unless KAFKA_BROKERS names a cluster, then produces
--- 10,000 messages with each codec and consumes them back.
+-- examples/demo.lua: what `make demo` runs. Starts a real Apache Kafka
+-- 4.1.2 broker (KRaft, from Maven Central's jars: spec/support/kafka/)
+-- unless KAFKA_BROKERS names a cluster (or KAFKA_DEMO=mock asks for
+-- librdkafka's mock cluster of 3 brokers), then produces 10,000 messages
+-- with each codec and consumes them back.
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
 package.cpath = "build/lua5.4/?.so;" .. package.cpath
 local kafka = require "kafka"
 local socket = require "socket"
 
 local brokers, mock = os.getenv("KAFKA_BROKERS"), nil
-if not brokers or brokers == "" then
+if (not brokers or brokers == "") and os.getenv("KAFKA_DEMO") == "mock" then
   mock = require("support.mock").start { brokers = 3 }
   brokers = mock.bootstrap
   print("started librdkafka's mock cluster: " .. brokers)
+elseif not brokers or brokers == "" then
+  local rk = require "support.realkafka"
+  local t = socket.gettime()
+  brokers = rk.cluster(rk.MAIN, 1).bootstrap.PLAINTEXT
+  print(("started Apache Kafka %s (KRaft, one node) in %.1f s: %s"):format(rk.MAIN, socket.gettime() - t, brokers))
 else
   print("using KAFKA_BROKERS=" .. brokers)
 end
@@ -46,4 +53,4 @@ end
 client:close()
 if mock then mock:stop() end
 print(ok_all and "all messages produced and consumed back" or "SOME MESSAGES WERE NOT DELIVERED")
-os.exit(ok_all and 0 or 1)
+os.exit(ok_all and 0 or 1, true) -- closing the state stops the broker started here
