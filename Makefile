@@ -102,7 +102,7 @@ asan:
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
 	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" KAFKA_VERSIONS=$(SANITIZE_KAFKA) $(WITH_BROKERS) lua5.4 $(BUSTED) spec
 
-# The demo: the mock cluster (or KAFKA_BROKERS), 10,000 messages per codec there and back.
+# The demo: a real Kafka broker it starts (or KAFKA_BROKERS, or KAFKA_DEMO=mock), 10,000 messages per codec there and back.
 demo: all $(MOCKBROKER)
 	$(TEST_ENV) $(LUA) examples/demo.lua
 
