@@ -162,9 +162,12 @@ build/bench/rdkafka_bench: bench/rdkafka_bench.c
 	@mkdir -p build/bench
 	$(CC) -std=gnu99 -O2 -g -Wall -o $@ $< $$($(PKG_CONFIG) --cflags --libs rdkafka)
 
+# the benchmarks' broker runs as bin/kafka-server-start.sh runs it (full JIT, G1, 1 GiB heap)
+BENCH_KAFKA_JVM := -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+  -XX:+ExplicitGCInvokesConcurrent
 bench: all $(MOCKBROKER) build/bench/floor build/bench/rdkafka_bench
 	$(MAKE) LUA=luajit all
-	BENCH_ROOT=$(CURDIR) $(TEST_ENV) lua5.4 bench/run.lua
+	BENCH_ROOT=$(CURDIR) KAFKA_JVM_OPTS="$(BENCH_KAFKA_JVM)" $(TEST_ENV) lua5.4 bench/run.lua
 
 # Regenerates csrc/apis.c from Kafka's JSON definitions: make gen KAFKA_DEFS=dir
 gen:

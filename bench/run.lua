@@ -55,6 +55,41 @@ collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s e2e-lua- %d %d 100"):form
 collect("rdkafka", lines(("%s/build/bench/rdkafka_bench %s e2e-rdk- %d %d 100"):format(ROOT, m.bootstrap, E2E_N, E2E_RUNS)))
 m:stop()
 
+-- End to end against one real Kafka broker (full JIT, 1 GiB heap), lua-kafka
+-- beside Kafka's Java client in the same run: 1,000,000 x 100 B and
+-- 100,000 x 1 KiB, uncompressed, lz4 and zstd, topics of 6 partitions.
+local REAL = os.getenv("BENCH_REAL") ~= "0"
+local REAL_CASES = { { n = E2E_N, size = 100 }, { n = math.floor(E2E_N / 10), size = 1024 } }
+local REAL_CODECS = { "none", "lz4", "zstd" }
+if REAL then
+  local rk = require "support.realkafka"
+  local rt = require "support.realtools"
+  local kafka = require "kafka"
+  io.stderr:write("end to end against a real Kafka " .. rk.MAIN .. " broker, lua-kafka and the Java client ...\n")
+  local k = rk.cluster(rk.MAIN, 1, "bench") -- with the KAFKA_JVM_OPTS make bench sets
+  local bs = k.bootstrap.PLAINTEXT
+  local admin = kafka.client.new { brokers = bs }
+  local cpfile = lines(ROOT .. "/spec/support/kafka/harness.sh classpath " .. rk.MAIN):match("([^\n]+)%s*$")
+  local cp = lines("cat " .. cpfile):gsub("%s+$", "")
+  lines(("mkdir -p %s/build/bench/java && javac -nowarn -d %s/build/bench/java -cp '%s' %s/bench/JavaBench.java"):format(ROOT, ROOT, cp, ROOT))
+  local java = ("java -Xmx1g -cp '%s/build/bench/java:%s' -Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties JavaBench")
+    :format(ROOT, cp, ROOT)
+  for _, case in ipairs(REAL_CASES) do
+    for _, codec in ipairs(REAL_CODECS) do
+      local tag = ("%d-%d-%s-"):format(case.n, case.size, codec)
+      for r = 0, E2E_RUNS do
+        rt.create_topic(admin, "real-lua-" .. tag .. r, 6, 1)
+        rt.create_topic(admin, "real-java-" .. tag .. r, 6, 1)
+      end
+      collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %d %d %d %s"):format(env54, ROOT, bs, tag,
+        case.n, E2E_RUNS, case.size, codec)))
+      collect("real_java", lines(("%s %s real-java-%s %d %d %d %s"):format(java, bs, tag, case.n, E2E_RUNS, case.size, codec)))
+    end
+  end
+  admin:close()
+  k:stop()
+end
+
 local function M(x) return x and ("%.2f M"):format(x / 1e6) or "-" end
 local function ratio(a, b) return (a and b) and ("%.2fx"):format(a / b) or "-" end
 
@@ -85,6 +120,20 @@ for _, op in ipairs({ "produce", "consume" }) do
     M(r.lua54), (r.lua54 or 0) * 100 / 1e6, M(r.rdkafka), (r.rdkafka or 0) * 100 / 1e6, ratio(r.lua54, r.rdkafka))
 end
 
+local real = {}
+if REAL then
+  for _, case in ipairs(REAL_CASES) do
+    for _, codec in ipairs(REAL_CODECS) do
+      for _, op in ipairs({ "produce", "consume" }) do
+        local r = results[op .. " " .. case.size .. " " .. codec] or {}
+        real[#real + 1] = ("| %s %d x %d B %s (acks=all) | %s msg/s, %.0f MB/s | %s msg/s, %.0f MB/s | %s |"):format(op,
+          case.n, case.size, codec, M(r.real_lua54), (r.real_lua54 or 0) * case.size / 1e6, M(r.real_java),
+          (r.real_java or 0) * case.size / 1e6, ratio(r.real_lua54, r.real_java))
+      end
+    end
+  end
+end
+
 local cpu = lines("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"):gsub("^%s+", ""):gsub("%s+$", "")
 local header = ([[
 # lua-kafka benchmarks
@@ -104,6 +153,16 @@ t[#t + 1] = ""
 t[#t + 1] = "| end to end | lua-kafka (Lua 5.4) | librdkafka 2.0.2 | ratio |"
 t[#t + 1] = "|---|---|---|---|"
 for _, r in ipairs(e2e) do t[#t + 1] = r end
+if REAL then
+  t[#t + 1] = ""
+  t[#t + 1] = "Against one real Apache Kafka broker (KRaft, full JIT, 1 GiB heap, topics of 6 partitions), lua-kafka at"
+  t[#t + 1] = "its defaults (linger_ms 100, 1 MiB batches) beside Kafka's Java client (linger.ms 5, batch.size 1 MiB,"
+  t[#t + 1] = "max.partition.fetch.bytes 8 MiB, max.poll.records 10000), both acks=all, the same run:"
+  t[#t + 1] = ""
+  t[#t + 1] = "| end to end, real broker | lua-kafka (Lua 5.4) | Java kafka-clients " .. require("support.realkafka").MAIN .. " | ratio |"
+  t[#t + 1] = "|---|---|---|---|"
+  for _, r in ipairs(real) do t[#t + 1] = r end
+end
 local text = table.concat(t, "\n") .. "\n"
 io.write(text)
 local f = assert(io.open(ROOT .. "/bench/results.md", "w"))

@@ -63,10 +63,11 @@ local function read_env(path)
   return env
 end
 
--- cluster(version, nodes) -> a running cluster, started on first use.
-function _M.cluster(version, nodes)
+-- cluster(version, nodes [, name]) -> a running cluster, started on first
+-- use (name: a cluster of its own, e.g. the benchmarks' broker).
+function _M.cluster(version, nodes, name)
   nodes = nodes or 1
-  local name = version .. "-" .. nodes .. "n"
+  name = name or (version .. "-" .. nodes .. "n")
   local c = clusters[name]
   if c and sh(harness .. " status " .. name) then return c end
   local path

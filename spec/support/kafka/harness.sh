@@ -4,6 +4,7 @@
 #
 #   harness.sh classpath VERSION              resolve the jars; prints the classpath file
 #   harness.sh start NAME VERSION NODES OWNER start NODES (1 or 3) combined nodes; prints the env file
+#                                             (KAFKA_JVM_OPTS replaces the test JVM settings)
 #   harness.sh stop NAME                      SIGKILL every node, remove the data
 #   harness.sh kill NAME NODE                 SIGKILL one node (its data stays)
 #   harness.sh restart NAME NODE              start a killed node again on its data, wait until ready
@@ -148,8 +149,12 @@ listener.name.mtls.ssl.client.auth=required
 EOF
 }
 
+# jvm_opts NODEDIR VERSION: test settings (small heap, C1 only: fast start,
+# little CPU), or the KAFKA_JVM_OPTS the run was started with (benchmarks)
 jvm_opts() {
-  echo "-Xms64m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.io.tmpdir=$1/tmp $(log_opts "$2")"
+  local base="-Xms64m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+  [ -s "$1/../jvm_opts" ] && base=$(cat "$1/../jvm_opts")
+  echo "$base -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true -Djava.io.tmpdir=$1/tmp $(log_opts "$2")"
 }
 
 launch_node() {
@@ -187,6 +192,7 @@ start() {
   mkdir -p "$d"
   echo "$v" > "$d/version"
   echo "$owner" > "$d/owner"
+  [ -n "${KAFKA_JVM_OPTS:-}" ] && echo "$KAFKA_JVM_OPTS" > "$d/jvm_opts"
   make_certs "$d"
   read -r -a ports <<<"$(free_ports $((nodes * 6)))"
   for n in $(seq 1 "$nodes"); do
