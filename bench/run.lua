@@ -81,9 +81,9 @@ if REAL then
         rt.create_topic(admin, "real-lua-" .. tag .. r, 6, 1)
         rt.create_topic(admin, "real-java-" .. tag .. r, 6, 1)
       end
-      collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %d %d %d %s"):format(env54, ROOT, bs, tag,
-        case.n, E2E_RUNS, case.size, codec)))
-      collect("real_java", lines(("%s %s real-java-%s %d %d %d %s"):format(java, bs, tag, case.n, E2E_RUNS, case.size, codec)))
+      local args = ("%d %d %d %s"):format(case.n, E2E_RUNS, case.size, codec)
+      collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %s"):format(env54, ROOT, bs, tag, args)))
+      collect("real_java", lines(("%s %s real-java-%s %s"):format(java, bs, tag, args)))
     end
   end
   admin:close()

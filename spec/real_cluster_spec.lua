@@ -52,11 +52,11 @@ if #versions > 0 then
           o[#o + 1] = id
         end
       end
-      local sent, acked, failed = 0, {}, {}
+      local sent, acked = 0, {}
       local n_acked, n_failed = 0, 0
       local function settle(reports)
         for _, r in ipairs(reports) do
-          if r.err then failed[r.id] = r; n_failed = n_failed + 1 else acked[r.id] = r; n_acked = n_acked + 1 end
+          if r.err then n_failed = n_failed + 1 else acked[r.id] = r; n_acked = n_acked + 1 end
         end
       end
       local moved
