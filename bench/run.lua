@@ -71,9 +71,10 @@ if REAL then
   local admin = kafka.client.new { brokers = bs }
   local cpfile = lines(ROOT .. "/spec/support/kafka/harness.sh classpath " .. rk.MAIN):match("([^\n]+)%s*$")
   local cp = lines("cat " .. cpfile):gsub("%s+$", "")
-  lines(("mkdir -p %s/build/bench/java && javac -nowarn -d %s/build/bench/java -cp '%s' %s/bench/JavaBench.java"):format(ROOT, ROOT, cp, ROOT))
-  local java = ("java -Xmx1g -cp '%s/build/bench/java:%s' -Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties JavaBench")
-    :format(ROOT, cp, ROOT)
+  local jdir = ROOT .. "/build/bench/java"
+  lines(("mkdir -p %s && javac -nowarn -d %s -cp '%s' %s/bench/JavaBench.java"):format(jdir, jdir, cp, ROOT))
+  local java = ("java -Xmx1g -cp '%s:%s' -Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties"
+    .. " JavaBench"):format(jdir, cp, ROOT)
   for _, case in ipairs(REAL_CASES) do
     for _, codec in ipairs(REAL_CODECS) do
       local tag = ("%d-%d-%s-"):format(case.n, case.size, codec)
