@@ -571,6 +571,7 @@ function _M:send_sync(topic, value, o)
     if r.id == id then
       table.remove(self.reports, i)
       if r.err then return nil, r.err, r.code, r.error_code end
+      self.delivered = self.delivered - 1 -- reported here, not by the next flush()
       return r.partition, r.offset
     end
   end
