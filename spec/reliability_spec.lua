@@ -178,6 +178,9 @@ describe("reliability", function()
         end)
       assert.are.equal(0, client:list_offsets("backon", 0, "latest"))
       m:cmd("down 1")
+      client.conns[1]:close("spec")        -- as if the client had seen the broker go
+      local _, _, code = client:broker(1) -- a failed connect: 300 ms of backoff
+      assert.are.equal("network", code)
       down_at = gettime()
       -- the first attempt fails (broker down) and puts it in a 300 ms backoff;
       -- the broker is up again 100 ms later; refusals while in backoff are waits
@@ -477,6 +480,7 @@ describe("reliability", function()
       ok, err, code = cl:list_offsets("door", 9, "latest")
       assert.is_nil(ok)
       assert.are.equal("unknown_partition", code)
+      assert.matches("has no partition 9", err)
       assert.is_true(gettime() - t0 < 500)
       cl:close()
     end)

@@ -267,15 +267,9 @@ function _M:_apply_metadata(resp)
   for _, b in ipairs(resp.brokers or {}) do
     brokers[b.node_id] = { host = b.host, port = b.port, rack = b.rack }
   end
-  if next(brokers) then
-    -- a broker listed again after it left: connect at once, not after its backoff
-    for id in pairs(brokers) do
-      local c = self.conns[id]
-      if c and not self.brokers[id] then self.down_until[c], self.fails[c] = nil, nil end
-    end
-    self.brokers = brokers
-  end
-  -- connections to brokers that left the cluster are closed
+  if next(brokers) then self.brokers = brokers end
+  -- connections to brokers that left the cluster are closed, their backoff
+  -- forgotten: listed again, a broker is connected at once
   for id, c in pairs(self.conns) do
     if not brokers[id] then
       c:close("broker left the cluster")
