@@ -211,8 +211,17 @@ function _M:_partition_result(st, pr, out)
   return true
 end
 
+-- One error per partition and poll (the latest).
 local function add_error(errs, st, err, code, kcode)
-  errs[#errs + 1] = { topic = st.topic, partition = st.partition, err = err, code = code, kafka_code = kcode }
+  local e
+  for i = 1, #errs do
+    if errs[i].topic == st.topic and errs[i].partition == st.partition then e = errs[i] end
+  end
+  if not e then
+    e = { topic = st.topic, partition = st.partition }
+    errs[#errs + 1] = e
+  end
+  e.err, e.code, e.kafka_code = err, code, kcode
 end
 
 -- Decodes one partition's fetch result into out, or keeps it for the next
@@ -243,22 +252,24 @@ function _M:_drain(out, errs)
 end
 
 -- Sends a Fetch to every leader of assigned partitions that has none in
--- flight (partitions already in a Fetch wait for its answer). Partitions
--- whose leader cannot be reached get an error in errs. Returns how many
--- partitions could not be asked.
-function _M:_send_fetches(deadline, errs)
+-- flight (partitions already in a Fetch wait for its answer; partitions in
+-- skip are left out until the time given). Partitions whose leader cannot
+-- be reached get an error in errs and are tried again after
+-- retry_backoff_ms.
+function _M:_send_fetches(deadline, errs, skip)
   local client = self.client
   local items = {}
+  local tnow = client.now()
   for _, st in ipairs(self.parts) do
-    if not st.fetch then items[#items + 1] = st end
+    if not st.fetch and not (skip[st] and skip[st] > tnow) then items[#items + 1] = st end
   end
-  if #items == 0 then return 0 end
+  if #items == 0 then return end
   local groups, failed = client:group(items, deadline)
   for _, f in ipairs(failed) do
     add_error(errs, f.item, f.err, f.code)
+    skip[f.item] = tnow + self.retry_backoff_ms
     if f.code ~= "backoff" then client:invalidate(f.item.topic) end
   end
-  local unasked = #failed
   local wait = math.floor(math.max(0, math.min(deadline - client.now(), self.fetch_max_wait_ms)))
   for _, g in ipairs(groups) do
     local conn = g.conn
@@ -290,13 +301,14 @@ function _M:_send_fetches(deadline, errs)
         self.flist[#self.flist + 1] = f
         for _, st in ipairs(g.items) do st.fetch = f end
       else
-        for _, st in ipairs(g.items) do add_error(errs, st, err, code) end
-        unasked = unasked + #g.items
+        for _, st in ipairs(g.items) do
+          add_error(errs, st, err, code)
+          skip[st] = tnow + self.retry_backoff_ms
+        end
         client:invalidate()
       end
     end
   end
-  return unasked
 end
 
 function _M:_fetch_done(f)
@@ -313,8 +325,9 @@ function _M:_fetch_done(f)
 end
 
 -- Reads the answer to Fetch f until the deadline. Returns false while it
--- is still in flight.
-function _M:_collect(f, deadline, out, errs)
+-- is still in flight. A partition that failed is not fetched again in this
+-- poll (skip), so a stuck partition cannot make a poll spin.
+function _M:_collect(f, deadline, out, errs, skip)
   local resp, err, code = f.conn:receive(f.corr, deadline)
   if not resp and code == "timeout" and f.conn:waiting(f.corr) then return false end
   self:_fetch_done(f)
@@ -323,8 +336,12 @@ function _M:_collect(f, deadline, out, errs)
     -- only partitions still assigned and not sought since the Fetch was sent
     if self.index[pkey(st.topic, st.partition)] == st and st.offset == f.offsets[st] then current[st] = true end
   end
+  local t = self.client.now()
   if not resp then
-    for st in pairs(current) do add_error(errs, st, err, code) end
+    for st in pairs(current) do
+      add_error(errs, st, err, code)
+      skip[st] = t + self.retry_backoff_ms
+    end
     self.client:invalidate()
     return true
   end
@@ -336,10 +353,17 @@ function _M:_collect(f, deadline, out, errs)
       for st in pairs(current) do add_error(errs, st, "Fetch: " .. e.name, "kafka", e.code) end
     end
   end
+  local nerr = #errs
   for _, tr in ipairs(resp.responses or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
       local st = self.index[pkey(tr.topic, pr.partition_index)]
-      if st and current[st] then self:_settle(st, pr, out, errs) end
+      if st and current[st] then
+        self:_settle(st, pr, out, errs)
+        if #errs > nerr then
+          skip[st] = math.huge
+          nerr = #errs
+        end
+      end
     end
   end
   return true
@@ -384,31 +408,34 @@ function _M:poll(timeout_ms)
     self:_drain(out, errs)
     if #out > 0 or self.pending then return result(out, errs) end
   end
+  local skip = {}
   while true do
-    local unasked = self:_send_fetches(deadline, errs)
+    self:_send_fetches(deadline, errs, skip)
     -- every answer already there, from any broker
     local flist = self.flist
     for i = #flist, 1, -1 do
       local f = flist[i]
-      if f then self:_collect(f, now(), out, errs) end
+      if f then self:_collect(f, now(), out, errs, skip) end
     end
+    -- messages end the poll; errors alone wait for the deadline (the
+    -- healthy partitions may still bring messages, and a caller polling in
+    -- a loop must not spin)
     local t = now()
-    if #out > 0 or #errs > 0 or t >= deadline then
-      if #out == 0 and unasked > 0 and #self.flist == 0 and t < deadline then
-        -- nothing could be asked: do not let the caller spin
-        client.sleep(math.min(deadline - t, self.retry_backoff_ms))
-      end
-      return result(out, errs)
-    end
+    if #out > 0 or t >= deadline then return result(out, errs) end
     local f = self.flist[1]
     if not f then
-      client.sleep(math.min(deadline - t, self.retry_backoff_ms))
+      -- nothing in flight: try the unreachable leaders again after a backoff
+      local wake = deadline
+      for _, until_t in pairs(skip) do
+        if until_t < wake then wake = until_t end
+      end
+      client.sleep(math.max(1, math.ceil(math.min(wake, deadline) - t)))
     else
       -- wait on the oldest Fetch; with several in flight, in short slices so
       -- an answer from another broker is not held up behind it
       local until_t = deadline
       if #self.flist > 1 and t + 20 < deadline then until_t = t + 20 end
-      self:_collect(f, until_t, out, errs)
+      self:_collect(f, until_t, out, errs, skip)
     end
   end
 end
