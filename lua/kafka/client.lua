@@ -31,6 +31,7 @@ local ksocket = require "kafka.socket"
 local check = require "kafka.check"
 
 local errors = proto.errors
+local API = proto.api
 local math, table = math, table
 local setmetatable, getmetatable = setmetatable, getmetatable
 local tostring, tonumber, type, ipairs, pairs, next = tostring, tonumber, type, ipairs, pairs, next
@@ -251,9 +252,9 @@ function _M:refresh(topics, deadline)
   for i, n in ipairs(names) do req_topics[i] = { name = n } end
   local body = { topics = req_topics, allow_auto_topic_creation = self.auto_create }
   local ok, err, code = self:_each_broker(deadline, function(c)
-    local v, verr, vcode = c:version(3)
+    local v, verr, vcode = c:version(API.Metadata)
     if not v then return nil, verr, vcode end
-    local resp, rerr, rcode = c:request(3, body, { version = v, deadline = deadline })
+    local resp, rerr, rcode = c:request(API.Metadata, body, { version = v, deadline = deadline })
     if not resp then return nil, rerr, rcode end
     self:_apply_metadata(resp)
     return true
@@ -449,11 +450,11 @@ function _M:list_offsets(topic, partition, time)
     local c, err, code = self:route(topic, partition, deadline)
     if not c then return nil, err, code end
     local v
-    v, err, code = c:version(2)
+    v, err, code = c:version(API.ListOffsets)
     if not v then return nil, err, code end
     local part = { partition_index = partition, timestamp = ts, max_num_offsets = 1, current_leader_epoch = -1 }
     local resp
-    resp, err, code = c:request(2, { replica_id = -1, isolation_level = 0,
+    resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = 0,
       topics = { { name = topic, partitions = { part } } } }, { version = v, deadline = deadline })
     if not resp then return nil, err, code end
     local p = resp.topics and resp.topics[1] and resp.topics[1].partitions and resp.topics[1].partitions[1]
@@ -472,10 +473,10 @@ function _M:find_coordinator(key, key_type, deadline)
   local c, err, code = self:any_broker(deadline)
   if not c then return nil, err, code end
   local v
-  v, err, code = c:version(10)
+  v, err, code = c:version(API.FindCoordinator)
   if not v then return nil, err, code end
   local resp
-  resp, err, code = c:request(10, { key = key, key_type = key_type or 0 }, { version = v, deadline = deadline })
+  resp, err, code = c:request(API.FindCoordinator, { key = key, key_type = key_type or 0 }, { version = v, deadline = deadline })
   if not resp then return nil, err, code end
   if resp.error_code ~= errors.NONE then
     local e = errors.info(resp.error_code)

@@ -39,7 +39,7 @@ end
 local _M = { VERSION = "0.1.0" }
 local mt = { __index = _M }
 
-local API_VERSIONS, METADATA = 18, 3
+local API_VERSIONS, METADATA = proto.api.ApiVersions, proto.api.Metadata
 local CHUNK = 1048576 -- largest read on sockets whose timeout is not a deadline per call
 
 -- Versions to use against a broker that has no ApiVersions (Kafka < 0.10):
@@ -224,7 +224,7 @@ function _M:_negotiate(deadline)
     n.corr = nil
     local ok, body = proto.decode_response(API_VERSIONS, v, frame, { unsized = true, correlation_id = 0 })
     if not ok then body = nil end
-    if body and body.error_code == 0 then
+    if body and body.error_code == proto.errors.NONE then
       local bv = {}
       for _, k in ipairs(body.api_keys or {}) do bv[k.api_key] = { min = k.min_version, max = k.max_version } end
       self.broker_versions = bv
@@ -234,11 +234,11 @@ function _M:_negotiate(deadline)
     local ok0, v0 = proto.decode_response(API_VERSIONS, 0, frame, { unsized = true, correlation_id = 0 })
     if not ok0 then v0 = nil end
     local max
-    if v0 and v0.error_code == 35 then
+    if v0 and v0.error_code == proto.errors.UNSUPPORTED_VERSION then
       for _, k in ipairs(v0.api_keys or {}) do
         if k.api_key == API_VERSIONS then max = k.max_version end
       end
-    elseif body and body.error_code ~= 35 then
+    elseif body and body.error_code ~= proto.errors.UNSUPPORTED_VERSION then
       return nil, ("%s: ApiVersions failed: %s"):format(self:name(), proto.errors.info(body.error_code).name), "protocol"
     end
     if max and max < v then n.try[#n.try + 1] = max end

@@ -28,6 +28,7 @@ local client_mod = require "kafka.client"
 local check = require "kafka.check"
 
 local errors = proto.errors
+local API = proto.api
 local math, table = math, table
 local setmetatable, tostring, type, ipairs, pairs, next, error = setmetatable, tostring, type, ipairs, pairs, next, error
 
@@ -287,10 +288,10 @@ function _M:_send_fetches(deadline, errs, skip)
           last_fetched_epoch = -1 }
         offsets[st] = st.offset
       end
-      local v, err, code = conn:version(1)
+      local v, err, code = conn:version(API.Fetch)
       local corr
       if v then
-        corr, err, code = conn:send(1, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
+        corr, err, code = conn:send(API.Fetch, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
           max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
           session_epoch = -1, topics = list, forgotten_topics_data = {}, rack_id = "" },
           { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
@@ -511,7 +512,7 @@ function _M:commit(offsets)
     return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
              commit_timestamp = -1, committed_metadata = o.metadata or "" }
   end)
-  return self:_group_request(8, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
+  return self:_group_request(API.OffsetCommit, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
     retention_time_ms = -1, topics = list }, function(resp)
     for _, tr in ipairs(resp.topics or {}) do
       for _, pr in ipairs(tr.partitions or {}) do
@@ -531,7 +532,7 @@ function _M:committed(partitions)
   check_list("committed", partitions, false)
   partitions = partitions or self:assignment()
   local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
-  return self:_group_request(9, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
+  return self:_group_request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
     if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error("committed", resp.error_code) end
     local found = {}
     for _, tr in ipairs(resp.topics or {}) do

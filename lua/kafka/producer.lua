@@ -30,6 +30,7 @@ local client_mod = require "kafka.client"
 local check = require "kafka.check"
 
 local errors = proto.errors
+local PRODUCE = proto.api.Produce
 local math, table, debug = math, table, debug
 local setmetatable, tostring, type, ipairs, pairs, error, xpcall = setmetatable, tostring, type, ipairs, pairs,
   error, xpcall
@@ -99,7 +100,7 @@ function _M:_magic()
   local c, err, code = self.client:any_broker()
   if not c then return nil, err, code end
   local v
-  v, err, code = c:version(0)
+  v, err, code = c:version(PRODUCE)
   if not v then return nil, err, code end
   self.magic = v >= 3 and 2 or (v == 2 and 1 or 0)
   return self.magic
@@ -341,10 +342,10 @@ function _M:_send_round(deadline)
   local sent = {}
   for _, req in ipairs(reqs) do
     local conn = req.conn
-    local v, err, code = conn:version(0)
+    local v, err, code = conn:version(PRODUCE)
     local corr
     if v then
-      corr, err, code = conn:send(0, v, { transactional_id = nil, acks = self.acks,
+      corr, err, code = conn:send(PRODUCE, v, { transactional_id = nil, acks = self.acks,
         timeout_ms = self.timeout_ms, topic_data = req.list }, { no_response = self.acks == 0,
         timeout_ms = self.timeout_ms, deadline = deadline })
     end
