@@ -374,6 +374,15 @@ describe("reliability", function()
         end
         assert.is_true(worst < 100 + 1000, "poll(100) took " .. worst .. " ms")
         assert.are.equal(50, fast) -- broker 2's partition is not held up by broker 1
+        -- a flush without a timeout waits for the slow broker, but the fast
+        -- broker's partition is settled as soon as its own answer is in
+        local at = {}
+        local p2 = kafka.producer.new(client, { on_delivery = function(r) at[r.partition] = gettime() end })
+        for i = 0, 19 do assert(p2:send("slow", "t" .. i, { partition = i % 2 })) end -- the slow one first
+        t0 = gettime()
+        assert.are.equal(0, select(2, p2:flush()))
+        assert.is_true(at[0] - t0 >= 1500, "slow partition settled after " .. (at[0] - t0) .. " ms")
+        assert.is_true(at[1] - t0 < 1000, "fast partition settled after " .. (at[1] - t0) .. " ms")
       end)
       m:cmd("rtt 1 0")
       assert(ok, err)

@@ -172,11 +172,11 @@ function _M:_ready(c, deadline)
   return c
 end
 
--- next_ready() -> the earliest time a broker in backoff may be tried again
+-- next_ready() -> the earliest time a broker now in backoff may be tried again
 function _M:next_ready()
-  local t = math.huge
+  local t, now = math.huge, self.now()
   for _, du in pairs(self.down_until) do
-    if du < t then t = du end
+    if du > now and du < t then t = du end
   end
   return t
 end

@@ -125,7 +125,9 @@ local function fill(self, st, deadline)
     local left = deadline - self.now()
     if left <= 0 and tried then return nil, "timeout" end
     tried = true
-    if left < 1 then left = 1 end
+    -- no time left: one look at what is there (0 = do not block, where the
+    -- socket's timeout is a per-call deadline; others get 1 ms)
+    if left < 1 then left = sock.total_timeout and 0 or 1 end
     local want = st.need - st.have
     if want > CHUNK and not sock.total_timeout then want = CHUNK end
     sock:settimeout(math.ceil(left))

@@ -88,6 +88,7 @@ function _M.new(client_or_opts, opts)
       == "errors",
     delivered = 0,
     callback_errors = 0,
+    in_flight = {},     -- Produce requests sent, answers not read yet (oldest first)
     pcount = {},        -- topic -> partition count (cached for 4096 sends)
     ptime = {},
     rng = math.random,
@@ -285,11 +286,14 @@ function _M:_fail(topic, partition, batch, err, code, kcode)
   self:_done(topic, partition, batch, nil, err, code, kcode)
 end
 
--- Sends one round: the first batch of every partition that is due (not
--- waiting for its retry backoff), one request per leader (grouped by the
--- client), every request before any answer is read (brokers work in
--- parallel). Batches past their delivery deadline fail here. Returns the
--- requests sent.
+-- Sends one round: the first batch of every partition that is due (not in
+-- flight, not waiting for its retry backoff), one request per leader
+-- (grouped by the client), every request before any answer is read
+-- (brokers work in parallel). Batches past their delivery deadline fail
+-- here. The requests join self.in_flight; a partition has one batch in
+-- flight at a time, so retries never reorder it, and each partition goes
+-- on as soon as its own answer is in (a slow broker holds up only its own
+-- partitions).
 function _M:_send_round(deadline)
   local now = self.client.now()
   local items = {}
@@ -297,17 +301,18 @@ function _M:_send_round(deadline)
     for _, partition in ipairs(self.order[topic]) do
       local q = tq[partition]
       local batch = q and q[1]
-      while batch and now >= batch.expires do
+      while batch and not batch.in_flight and now >= batch.expires do
         self:_fail(topic, partition, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
           self.delivery_timeout_ms, batch.attempts, batch.last_err and (": " .. tostring(batch.last_err)) or ""),
           "timeout", batch.last_kcode)
         batch = q[1]
       end
-      if batch and now >= batch.next_try then
+      if batch and not batch.in_flight and now >= batch.next_try then
         items[#items + 1] = { topic = topic, partition = partition, batch = batch }
       end
     end
   end
+  if #items == 0 then return end
   local groups, failed = self.client:group(items, deadline)
   for _, f in ipairs(failed) do
     local it = f.item
@@ -325,10 +330,11 @@ function _M:_send_round(deadline)
       -- requests stay under max_request_bytes (at least one batch each):
       -- smaller frames recycle memory instead of faulting in fresh pages
       if not req or (req.size > 0 and req.size + batch.size > self.max_request_bytes) then
-        req = { topics = {}, list = {}, size = 0, conn = g.conn }
+        req = { topics = {}, list = {}, items = {}, size = 0, conn = g.conn }
         reqs[#reqs + 1] = req
       end
       req.size = req.size + batch.size
+      req.items[#req.items + 1] = it
       local t = req.topics[it.topic]
       if not t then
         t = { name = it.topic, partition_data = {} }
@@ -339,7 +345,7 @@ function _M:_send_round(deadline)
     end
   end
   -- send every request first, then read the answers: brokers work in parallel
-  local sent = {}
+  local in_flight = self.in_flight
   for _, req in ipairs(reqs) do
     local conn = req.conn
     local v, err, code = conn:version(PRODUCE)
@@ -349,31 +355,40 @@ function _M:_send_round(deadline)
         timeout_ms = self.timeout_ms, topic_data = req.list }, { no_response = self.acks == 0,
         timeout_ms = self.timeout_ms, deadline = deadline })
     end
-    sent[#sent + 1] = { conn = conn, req = req, corr = corr, err = err, code = code }
-  end
-  return sent
-end
-
--- Reads the answers to a round and settles its batches, until the deadline:
--- returns true when every answer was read, false when some are still in
--- flight (their batches stay in flight too).
-function _M:_collect(sent, deadline)
-  local complete = true
-  for _, s in ipairs(sent) do
-    if not s.done then
-      local resp, err, code = nil, s.err, s.code
-      if s.corr then
-        if self.acks == 0 then resp = { responses = {} } else resp, err, code = s.conn:receive(s.corr, deadline) end
-      end
-      if not resp and code == "timeout" and s.corr and s.conn:waiting(s.corr) then
-        complete = false
-      else
-        s.done = true
-        self:_settle(s, resp, err, code)
-      end
+    local s = { conn = conn, req = req, corr = corr }
+    for _, it in ipairs(req.items) do it.batch.in_flight = true end
+    if corr and self.acks ~= 0 then
+      in_flight[#in_flight + 1] = s
+    else
+      self:_settle(s, corr and { responses = {} } or nil, err, code)
     end
   end
-  return complete
+end
+
+-- Reads the answers in flight until the deadline (now: only those already
+-- there) and settles their batches.
+function _M:_collect(deadline)
+  local in_flight = self.in_flight
+  local i = 1
+  while in_flight[i] do
+    local s = in_flight[i]
+    local resp, err, code = s.conn:receive(s.corr, deadline)
+    if not resp and code == "timeout" and s.conn:waiting(s.corr) then
+      i = i + 1
+    else
+      table.remove(in_flight, i)
+      self:_settle(s, resp, err, code)
+    end
+  end
+end
+
+-- Waits for the oldest answer in flight until `until_t`, settles it when it came.
+function _M:_wait_one(until_t)
+  local s = self.in_flight[1]
+  local resp, err, code = s.conn:receive(s.corr, until_t)
+  if not resp and code == "timeout" and s.conn:waiting(s.corr) then return end
+  table.remove(self.in_flight, 1)
+  self:_settle(s, resp, err, code)
 end
 
 function _M:_settle(s, resp, err, code)
@@ -383,31 +398,30 @@ function _M:_settle(s, resp, err, code)
       for _, pr in ipairs(tr.partition_responses or {}) do results[tr.name .. "\0" .. pr.index] = pr end
     end
   end
-  for _, t in ipairs(s.req.list) do
-    for _, pd in ipairs(t.partition_data) do
-      local q = self.queues[t.name][pd.index]
-      local batch = q[1]
-      if not resp then
-        self:_retry(t.name, pd.index, batch, err, code)
-      elseif self.acks == 0 then
+  for _, it in ipairs(s.req.items) do
+    local topic, partition, batch = it.topic, it.partition, it.batch
+    batch.in_flight = nil
+    local q = self.queues[topic][partition]
+    if not resp then
+      self:_retry(topic, partition, batch, err, code)
+    elseif self.acks == 0 then
+      table.remove(q, 1)
+      self:_done(topic, partition, batch, -1)
+    else
+      local pr = results[topic .. "\0" .. partition]
+      if not pr then
+        self:_retry(topic, partition, batch, "no result for the partition in the Produce response", "protocol")
+      elseif pr.error_code == errors.NONE then
         table.remove(q, 1)
-        self:_done(t.name, pd.index, batch, -1)
+        self:_done(topic, partition, batch, pr.base_offset)
       else
-        local pr = results[t.name .. "\0" .. pd.index]
-        if not pr then
-          self:_retry(t.name, pd.index, batch, "no result for the partition in the Produce response", "protocol")
-        elseif pr.error_code == errors.NONE then
-          table.remove(q, 1)
-          self:_done(t.name, pd.index, batch, pr.base_offset)
+        local e = errors.info(pr.error_code)
+        local msg = ("%s/%d: %s (%s)%s"):format(topic, partition, e.name, e.message,
+          pr.error_message and (": " .. pr.error_message) or "")
+        if e.retriable then
+          self:_retry(topic, partition, batch, msg, "retriable", e.code)
         else
-          local e = errors.info(pr.error_code)
-          local msg = ("%s/%d: %s (%s)%s"):format(t.name, pd.index, e.name, e.message,
-            pr.error_message and (": " .. pr.error_message) or "")
-          if e.retriable then
-            self:_retry(t.name, pd.index, batch, msg, "retriable", e.code)
-          else
-            self:_fail(t.name, pd.index, batch, msg, "kafka", e.code)
-          end
+          self:_fail(topic, partition, batch, msg, "kafka", e.code)
         end
       end
     end
@@ -416,33 +430,23 @@ end
 
 -- At a flush deadline: answers still in flight are abandoned and their
 -- messages reported failed (they may have been written: at least once).
-function _M:_abandon(sent)
-  for _, s in ipairs(sent) do
-    if not s.done then
-      s.done = true
-      s.conn:abandon(s.corr)
-      for _, t in ipairs(s.req.list) do
-        for _, pd in ipairs(t.partition_data) do
-          local batch = self.queues[t.name][pd.index][1]
-          self:_fail(t.name, pd.index, batch, "flush timed out waiting for the broker's answer "
-            .. "(the messages may have been written)", "timeout")
-        end
-      end
+function _M:_abandon()
+  for _, s in ipairs(self.in_flight) do
+    s.conn:abandon(s.corr)
+    for _, it in ipairs(s.req.items) do
+      it.batch.in_flight = nil
+      self:_fail(it.topic, it.partition, it.batch, "flush timed out waiting for the broker's answer "
+        .. "(the messages may have been written)", "timeout")
     end
   end
+  self.in_flight = {}
 end
 
--- What send() does when linger is over: read the answers to the round in
--- flight (normally already there), then send the next round and return
--- without waiting. A partition's next batch goes out only after the
--- previous one is settled, so retries never reorder a partition; batches
--- waiting for their retry backoff are left for a later round.
+-- What send() does when linger is over: settle the answers already there,
+-- send what is due, and return without waiting.
 function _M:_kick()
-  if self.in_flight then
-    self:_collect(self.in_flight)
-    self.in_flight = nil
-  end
-  self.in_flight = self:_send_round()
+  self:_collect(self.client.now())
+  self:_send_round()
   self.first_time = nil
 end
 
@@ -472,13 +476,14 @@ function _M:_retry(topic, partition, batch, err, code, kcode)
   batch.next_try = now + b
 end
 
--- The earliest time a queued batch is due (for the flush loop's wait).
+-- The earliest time a queued batch not in flight is due (its retry or its
+-- delivery deadline).
 function _M:_next_due()
   local t = math.huge
   for _, tq in pairs(self.queues) do
     for _, q in pairs(tq) do
       local b = q[1]
-      if b then
+      if b and not b.in_flight then
         local due = b.next_try < b.expires and b.next_try or b.expires
         if due < t then t = due end
       end
@@ -490,31 +495,26 @@ end
 function _M:_flush(timeout_ms)
   local client = self.client
   local deadline = timeout_ms and client.now() + timeout_ms or math.huge
-  local complete = true
-  if self.in_flight then
-    complete = self:_collect(self.in_flight, deadline)
-    if complete then self.in_flight = nil end
-  end
-  while self.nbuf > 0 and complete do
-    local sent = self:_send_round(deadline)
-    complete = self:_collect(sent, deadline)
-    if not complete then
-      self.in_flight = sent
-      break
-    end
-    if self.nbuf == 0 or client.now() >= deadline then break end
-    if #sent == 0 then
+  while self.nbuf > 0 do
+    self:_send_round(deadline)
+    self:_collect(client.now()) -- every answer already there
+    if self.nbuf == 0 then break end
+    local t = client.now()
+    if t >= deadline then break end
+    local wake = math.min(deadline, self:_next_due())
+    if self.in_flight[1] then
+      -- wait on the oldest answer; with several in flight, in short slices
+      -- so the partitions of a fast broker go on while a slow one answers
+      if #self.in_flight > 1 and t + 20 < wake then wake = t + 20 end
+      self:_wait_one(math.max(wake, t))
+    elseif wake > t then
       -- everything waits for a retry backoff: sleep until the first is due
-      local wait = math.min(self:_next_due(), deadline) - client.now()
-      if wait > 0 then client.sleep(math.ceil(wait)) end
+      client.sleep(math.ceil(wake - t))
     end
   end
   if self.nbuf > 0 then
     -- the deadline passed: answers in flight are given up, the rest was not sent
-    if self.in_flight then
-      self:_abandon(self.in_flight)
-      self.in_flight = nil
-    end
+    self:_abandon()
     for topic, tq in pairs(self.queues) do
       for partition, q in pairs(tq) do
         while q[1] do
