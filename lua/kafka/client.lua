@@ -181,18 +181,23 @@ function _M:next_ready()
   return t
 end
 
--- broker(node_id [, deadline]) -> a connected connection to that broker | nil, err, code
-function _M:broker(node_id, deadline)
+-- broker(node_id [, deadline [, pool]]) -> a connected connection to that
+-- broker | nil, err, code. pool: a table node id -> connection owned by the
+-- caller (the consumer keeps its Fetch connections apart, so a Fetch
+-- waiting on the broker never holds up other requests); default: the
+-- client's own connections.
+function _M:broker(node_id, deadline, pool)
   local b = self.brokers[node_id]
   if not b then return nil, "unknown broker id " .. tostring(node_id), "metadata" end
-  local c = self.conns[node_id]
+  local conns = pool or self.conns
+  local c = conns[node_id]
   if c and (c.host ~= b.host or c.port ~= b.port) then
     c:close("broker address changed")
     c = nil
   end
   if not c then
     c = self:_new_conn(b.host, b.port, node_id)
-    self.conns[node_id] = c
+    conns[node_id] = c
   end
   return self:_ready(c, deadline)
 end
@@ -394,11 +399,11 @@ function _M:leader(name, partition, deadline)
   return p.leader
 end
 
--- route(topic, partition [, deadline]) -> the leader's connection | nil, err, code
-function _M:route(topic, partition, deadline)
+-- route(topic, partition [, deadline [, pool]]) -> the leader's connection | nil, err, code
+function _M:route(topic, partition, deadline, pool)
   local leader, err, code = self:leader(topic, partition, deadline)
   if not leader then return nil, err, code end
-  return self:broker(leader, deadline)
+  return self:broker(leader, deadline, pool)
 end
 
 -- group(items [, deadline]) -> groups, failed: items ({topic=, partition=,
@@ -406,11 +411,11 @@ end
 -- groups = {{conn=, items={...}}...}; failed = {{item=, err=, code=}...}
 -- for items with no reachable leader (code "backoff" when its broker is in
 -- reconnect backoff). The one grouping the producer, the consumer and
--- list_offsets share.
-function _M:group(items, deadline)
+-- list_offsets share (pool: see broker()).
+function _M:group(items, deadline, pool)
   local groups, by_conn, failed = {}, {}, {}
   for _, it in ipairs(items) do
-    local conn, err, code = self:route(it.topic, it.partition, deadline)
+    local conn, err, code = self:route(it.topic, it.partition, deadline, pool)
     if conn then
       local g = by_conn[conn]
       if not g then

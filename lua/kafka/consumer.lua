@@ -19,6 +19,8 @@
 -- One Fetch per broker covers all its assigned partitions; brokers are
 -- asked in parallel, and a Fetch not answered by the poll's deadline stays
 -- in flight for the next poll (a slow broker never holds up the others).
+-- Fetches go over the consumer's own connections, so a Fetch waiting on a
+-- broker never delays a producer or a commit sharing the client.
 -- Group membership (JoinGroup/SyncGroup) is not here yet: commits use
 -- generation -1, as a consumer with manual assignment does.
 --
@@ -62,6 +64,7 @@ function _M.new(client_or_opts, opts)
     pending = nil, -- fetched partitions not decoded yet: {st=, pr=, offset=}
     parts = {},   -- array of partition states
     index = {},   -- "topic\0partition" -> state
+    pool = {},    -- node id -> this consumer's Fetch connection (see client:broker)
     fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
     flist = {},   -- the same, oldest first
   }, mt)
@@ -265,7 +268,7 @@ function _M:_send_fetches(deadline, errs, skip)
     if not st.fetch and not (skip[st] and skip[st] > tnow) then items[#items + 1] = st end
   end
   if #items == 0 then return end
-  local groups, failed = client:group(items, deadline)
+  local groups, failed = client:group(items, deadline, self.pool)
   for _, f in ipairs(failed) do
     add_error(errs, f.item, f.err, f.code)
     skip[f.item] = tnow + self.retry_backoff_ms
@@ -557,6 +560,8 @@ end
 
 function _M:close()
   self:_abandon_fetches()
+  for _, conn in pairs(self.pool) do conn:close("consumer closed") end
+  self.pool = {}
   self.parts, self.index, self.pending = {}, {}, nil
   if self.own_client then self.client:close() end
 end
