@@ -300,7 +300,7 @@ function _M:_send_fetches(deadline, errs, skip)
           { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
       end
       if corr then
-        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets }
+        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, wait = wait }
         self.fetches[conn] = f
         self.flist[#self.flist + 1] = f
         for _, st in ipairs(g.items) do st.fetch = f end
@@ -357,7 +357,7 @@ function _M:_collect(f, deadline, out, errs, skip)
       for st in pairs(current) do add_error(errs, st, "Fetch: " .. e.name, "kafka", e.code) end
     end
   end
-  local nerr = #errs
+  local nerr, nout = #errs, #out
   for _, tr in ipairs(resp.responses or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
       local st = self.index[pkey(tr.topic, pr.partition_index)]
@@ -368,6 +368,13 @@ function _M:_collect(f, deadline, out, errs, skip)
           nerr = #errs
         end
       end
+    end
+  end
+  if #out == nout and f.wait == 0 then
+    -- an empty answer to a Fetch that asked the broker not to wait: do not
+    -- ask again at once (the poll would spin on the network)
+    for st in pairs(current) do
+      if not skip[st] then skip[st] = t + self.retry_backoff_ms end
     end
   end
   return true
