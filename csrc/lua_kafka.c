@@ -622,6 +622,8 @@ typedef struct ldec {
   box *bx;
   int raw_records;
   int unsized; /* the frame comes without its 4-byte size */
+  int has_corr; /* correlation_id given: the frame starts after it */
+  int64_t corr;
   kf_rec_opts ro;
 } ldec;
 
@@ -898,12 +900,21 @@ static void dec_opts(lua_State *L, int idx, ldec *c) {
   int64_t lim;
   c->raw_records = 0;
   c->unsized = 0;
+  c->has_corr = 0;
+  c->corr = 0;
   c->ro.check_crc = 1;
   c->ro.max_decompressed = DEFAULT_MAX_DECOMPRESSED;
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
   c->raw_records = opt_bool(L, idx, "raw_records", 0);
   c->unsized = opt_bool(L, idx, "unsized", 0);
+  lua_getfield(L, idx, "correlation_id");
+  c->has_corr = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (c->has_corr) {
+    opt_int(L, idx, "correlation_id", 0, &c->corr);
+    if (c->corr < INT32_MIN || c->corr > INT32_MAX) luaL_error(L, "correlation_id out of range for int32");
+  }
   c->ro.check_crc = opt_bool(L, idx, "check_crc", 1);
   opt_int(L, idx, "max_decompressed", DEFAULT_MAX_DECOMPRESSED, &lim);
   if (lim < 0) luaL_error(L, "max_decompressed must not be negative");
@@ -941,7 +952,13 @@ static int l_decode_response(lua_State *L) {
     if (kf_frame_check(p, n, &e)) return box_done(c.bx, push_fail(L, &e));
     r.pos = 4;
   }
-  if (kf_read_response_header(&r, hv, &corr, &e)) return box_done(c.bx, push_fail(L, &e));
+  if (c.has_corr) {
+    /* the caller read (and checked) the correlation id: the frame starts after it */
+    corr = (int32_t)c.corr;
+    if (kf_read_response_header_tail(&r, hv, &e)) return box_done(c.bx, push_fail(L, &e));
+  } else if (kf_read_response_header(&r, hv, &corr, &e)) {
+    return box_done(c.bx, push_fail(L, &e));
+  }
   lua_pushinteger(L, corr);
   if (decode_body(L, a->resp, v, v >= a->resp_flex, &r, &c, &e)) return box_done(c.bx, push_fail(L, &e));
   return box_done(c.bx, 2);

@@ -629,6 +629,15 @@ int kf_read_request_header(kf_reader *r, kf_req_header *h, kf_err *e) {
   return 0;
 }
 
+int kf_read_response_header_tail(kf_reader *r, int hv, kf_err *e) {
+  if (hv >= 1) skip_tags(r);
+  if (r->err) {
+    kf_err_set(e, KF_ECORRUPT, "truncated response header at byte %zu", r->pos);
+    return -1;
+  }
+  return 0;
+}
+
 int kf_read_response_header(kf_reader *r, int hv, int32_t *correlation_id, kf_err *e) {
   *correlation_id = kf_r_i32(r);
   if (hv >= 1) skip_tags(r);

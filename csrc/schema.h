@@ -131,5 +131,8 @@ int kf_frame_check(const uint8_t *p, size_t n, kf_err *e);
 int kf_read_request_header(kf_reader *r, kf_req_header *h, kf_err *e);
 /* Reads a response header of version hv (0 or 1). */
 int kf_read_response_header(kf_reader *r, int hv, int32_t *correlation_id, kf_err *e);
+/* The rest of a response header whose correlation id was read already (a
+ * socket reader checks it before reading the frame): its tagged fields. */
+int kf_read_response_header_tail(kf_reader *r, int hv, kf_err *e);
 
 #endif

@@ -1,23 +1,37 @@
 -- kafka.client: the cluster. Bootstraps from seed brokers, keeps a metadata
 -- cache (refreshed on retriable errors and when older than
 -- metadata_max_age_ms), routes to partition leaders, keeps one connection
--- per broker and reconnects with backoff when a broker comes back.
+-- per broker and reconnects with backoff when a broker comes back. It is
+-- also the one routing and retry service of the library: group(items)
+-- groups topic-partitions by leader connection (the producer, the consumer
+-- and list_offsets route through it), call(fn) retries an operation
+-- through retriable errors with exponential backoff until its deadline
+-- (metadata, list_offsets, coordinator and group requests use it).
 --
 --   local client = require("kafka.client").new{brokers = {"127.0.0.1:9092"}, client_id = "me"}
 --   local md = client:metadata{"topic"}          -- {brokers = {[id] = {host=,port=}}, topics = {...}}
 --   local off = client:list_offsets("topic", 0, "latest")
 --
--- Options: brokers (list of "host:port" or {host=,port=}), client_id,
--- request_timeout_ms (30000), connect_timeout_ms (10000),
--- metadata_max_age_ms (300000), retry_backoff_ms (100), max_retries (5),
--- reconnect_backoff_ms (100) .. reconnect_backoff_max_ms (10000),
+-- Options: brokers (list of "host:port" or {host=,port=}; the port defaults
+-- to 9092), client_id, request_timeout_ms (30000), connect_timeout_ms
+-- (10000), default_api_timeout_ms (60000: the deadline of metadata,
+-- list_offsets, coordinator and group calls), metadata_max_age_ms (300000),
+-- retry_backoff_ms (100) doubling per attempt up to retry_backoff_max_ms
+-- (1000), max_retries (nil: retried until the deadline; a number caps the
+-- attempts), reconnect_backoff_ms (100) doubling per failed connect up to
+-- reconnect_backoff_max_ms (1000), receive_message_max_bytes (100000000),
 -- allow_auto_topic_creation (true), api_versions (true), max_versions
 -- ({[api] = version}), socket (factory), now/sleep (clock, ms).
+--
+-- A broker in its reconnect backoff is refused with code "backoff" (nothing
+-- was tried): retry loops wait for it without counting an attempt.
 local proto = require "kafka.proto"
 local connection = require "kafka.connection"
 local ksocket = require "kafka.socket"
+local check = require "kafka.check"
 
 local errors = proto.errors
+local API = proto.api
 local math, table = math, table
 local setmetatable, getmetatable = setmetatable, getmetatable
 local tostring, tonumber, type, ipairs, pairs, next = tostring, tonumber, type, ipairs, pairs, next
@@ -25,15 +39,40 @@ local tostring, tonumber, type, ipairs, pairs, next = tostring, tonumber, type, 
 local _M = {}
 local mt = { __index = _M }
 
-local function parse_broker(b)
-  if type(b) == "table" then return { host = b.host or b[1], port = tonumber(b.port or b[2]) } end
-  local host, port = tostring(b):match("^%[?([^%]]+)%]?:(%d+)$")
-  if not host then host, port = tostring(b), 9092 end
-  return { host = host, port = tonumber(port) }
+local WHERE = "kafka.client.new"
+local PORT_TEXT = '"host:port" (or "host", port 9092) with a port in 1..65535'
+
+local function parse_broker(b, i)
+  local name = ("brokers[%d]"):format(i)
+  local host, port
+  if type(b) == "table" then
+    host, port = b.host or b[1], b.port or b[2] or 9092
+    if type(port) == "string" and port:match("^%d+$") then port = tonumber(port) end
+  elseif type(b) == "string" then
+    if b:sub(1, 1) == "[" then
+      local rest
+      host, rest = b:match("^%[([^%]]+)%](.*)$")
+      if rest == "" then port = 9092 elseif rest then port = tonumber(rest:match("^:(%d+)$")) end
+    else
+      local _, colons = b:gsub(":", "")
+      if colons == 0 then
+        host, port = b, 9092
+      elseif colons == 1 then
+        host, port = b:match("^([^:]+):(%d+)$")
+        port = tonumber(port)
+      else
+        host, port = b, 9092 -- a bare IPv6 address
+      end
+    end
+  end
+  if type(host) ~= "string" or host == "" or not check.is_int(port) or port < 1 or port > 65535 then
+    check.fail(WHERE, name, PORT_TEXT, b)
+  end
+  return { host = host, port = port }
 end
 
 function _M.new(opts)
-  opts = opts or {}
+  opts = check.opts(WHERE, opts)
   local list = opts.brokers
   if type(list) == "string" then
     local t = {}
@@ -41,32 +80,50 @@ function _M.new(opts)
     list = t
   end
   if type(list) ~= "table" or #list == 0 then error("kafka.client.new: brokers is required", 2) end
+  local bootstrap = {}
+  for i, b in ipairs(list) do bootstrap[i] = parse_broker(b, i) end
+  local int, typed = check.int, check.typed
+  check.typed(WHERE, "client_id", opts.client_id, nil, "string")
+  local positive = { "request_timeout_ms", "connect_timeout_ms", "receive_message_max_bytes",
+    "default_api_timeout_ms" }
+  for _, k in ipairs(positive) do int(WHERE, k, opts[k], nil, 1) end
+  local backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, 100, 0)
+  local backoff_max = int(WHERE, "retry_backoff_max_ms", opts.retry_backoff_max_ms, math.max(1000, backoff_ms), 0)
+  local reconnect_ms = int(WHERE, "reconnect_backoff_ms", opts.reconnect_backoff_ms, 100, 0)
+  local reconnect_max = int(WHERE, "reconnect_backoff_max_ms", opts.reconnect_backoff_max_ms,
+    math.max(1000, reconnect_ms), 0)
+  typed(WHERE, "max_versions", opts.max_versions, nil, "table")
+  typed(WHERE, "socket", opts.socket, nil, "function")
+  typed(WHERE, "now", opts.now, nil, "function")
+  typed(WHERE, "sleep", opts.sleep, nil, "function")
+  check.bool(WHERE, "api_versions", opts.api_versions, true)
   local now, sleep = ksocket.clock(opts)
-  local self = setmetatable({
+  return setmetatable({
     opts = opts,
     client_id = opts.client_id or "lua-kafka",
-    bootstrap = {},
+    bootstrap = bootstrap,
     conns = {},          -- node id -> connection
     boot_conns = {},     -- index -> connection (bootstrap brokers)
     down_until = {},     -- connection -> time before which no reconnect is tried
-    backoff = {},        -- connection -> current reconnect backoff
+    fails = {},          -- connection -> connect failures in a row
     brokers = {},        -- node id -> {host=, port=, rack=}
     topics = {},         -- name -> {error_code=, partitions = {[i] = {leader=, error_code=, ...}}, count=}
     wanted = {},         -- topics the cache should cover
     meta_time = -math.huge,
-    metadata_max_age_ms = opts.metadata_max_age_ms or 300000,
-    retry_backoff_ms = opts.retry_backoff_ms or 100,
-    max_retries = opts.max_retries or 5,
-    reconnect_backoff_ms = opts.reconnect_backoff_ms or 100,
-    reconnect_backoff_max_ms = opts.reconnect_backoff_max_ms or 10000,
-    auto_create = opts.allow_auto_topic_creation ~= false,
+    refresh_time = -math.huge, -- the last refresh attempt
+    metadata_max_age_ms = int(WHERE, "metadata_max_age_ms", opts.metadata_max_age_ms, 300000, 0),
+    default_api_timeout_ms = opts.default_api_timeout_ms or 60000,
+    retry_backoff_ms = backoff_ms,
+    retry_backoff_max_ms = backoff_max,
+    max_retries = int(WHERE, "max_retries", opts.max_retries, nil, 0),
+    reconnect_backoff_ms = reconnect_ms,
+    reconnect_backoff_max_ms = reconnect_max,
+    auto_create = check.bool(WHERE, "allow_auto_topic_creation", opts.allow_auto_topic_creation, true),
     now = now,
     sleep = sleep,
     cluster_id = nil,
     controller_id = nil,
   }, mt)
-  for i, b in ipairs(list) do self.bootstrap[i] = parse_broker(b) end
-  return self
 end
 
 function _M:_new_conn(host, port, node_id)
@@ -74,61 +131,100 @@ function _M:_new_conn(host, port, node_id)
   return connection.new {
     host = host, port = port, node_id = node_id, client_id = self.client_id,
     request_timeout_ms = o.request_timeout_ms, connect_timeout_ms = o.connect_timeout_ms,
+    receive_message_max_bytes = o.receive_message_max_bytes, now = self.now,
     socket = o.socket, api_versions = o.api_versions, max_versions = o.max_versions,
   }
 end
 
--- Connects c unless it is in its reconnect backoff; doubles the backoff on
--- each failure, resets it on success.
-function _M:_ready(c)
+-- backoff(attempt) -> ms to wait before retry number `attempt` (1, 2, ...):
+-- retry_backoff_ms doubling up to retry_backoff_max_ms.
+function _M:backoff(attempt)
+  local b = self.retry_backoff_ms * 2 ^ ((attempt or 1) - 1)
+  if b > self.retry_backoff_max_ms then b = self.retry_backoff_max_ms end
+  return math.floor(b)
+end
+
+-- Connects c unless it is in its reconnect backoff (then nil, err,
+-- "backoff": nothing was tried). A failed connect sets the backoff:
+-- reconnect_backoff_ms, doubled for each further failure in a row, up to
+-- reconnect_backoff_max_ms; a success resets it. Once the backoff expired
+-- the next request that needs the broker connects at once.
+function _M:_ready(c, deadline)
   if c:is_connected() then return c end
   local t = self.now()
   local du = self.down_until[c]
-  if du and t < du then
+  if du and t < du and not c.sock then
     return nil, ("%s is down (%s); next attempt in %d ms"):format(c:name(), tostring(c.closed_reason or "unreachable"),
-      math.ceil(du - t)), "network"
+      math.ceil(du - t)), "backoff"
   end
-  local ok, err, code = c:connect()
+  local ok, err, code = c:connect(deadline)
   if not ok then
-    local b = math.min((self.backoff[c] or self.reconnect_backoff_ms / 2) * 2, self.reconnect_backoff_max_ms)
-    self.backoff[c] = b
-    self.down_until[c] = t + b
+    if code == "timeout" and c.sock then return nil, err, code end -- negotiation goes on at the next call
+    local fails = (self.fails[c] or 0) + 1
+    local b = self.reconnect_backoff_ms * 2 ^ (fails - 1)
+    if b > self.reconnect_backoff_max_ms then b = self.reconnect_backoff_max_ms end
+    self.fails[c] = fails
+    self.down_until[c] = self.now() + b
     c.closed_reason = err
-    return nil, err, code
+    return nil, ("%s; next attempt in %d ms"):format(tostring(err), math.ceil(b)), code
   end
-  self.backoff[c], self.down_until[c] = nil, nil
+  self.fails[c], self.down_until[c] = nil, nil
   return c
 end
 
--- broker(node_id) -> a connected connection to that broker | nil, err, code
-function _M:broker(node_id)
+-- next_ready() -> the earliest time a broker now in backoff may be tried again
+function _M:next_ready()
+  local t, now = math.huge, self.now()
+  for _, du in pairs(self.down_until) do
+    if du > now and du < t then t = du end
+  end
+  return t
+end
+
+-- broker(node_id [, deadline [, pool]]) -> a connected connection to that
+-- broker | nil, err, code. pool: a table node id -> connection owned by the
+-- caller (the consumer keeps its Fetch connections apart, so a Fetch
+-- waiting on the broker never holds up other requests); default: the
+-- client's own connections.
+function _M:broker(node_id, deadline, pool)
   local b = self.brokers[node_id]
   if not b then return nil, "unknown broker id " .. tostring(node_id), "metadata" end
-  local c = self.conns[node_id]
+  local conns = pool or self.conns
+  local c = conns[node_id]
   if c and (c.host ~= b.host or c.port ~= b.port) then
     c:close("broker address changed")
     c = nil
   end
   if not c then
     c = self:_new_conn(b.host, b.port, node_id)
-    self.conns[node_id] = c
+    conns[node_id] = c
   end
-  return self:_ready(c)
+  return self:_ready(c, deadline)
 end
 
--- any_broker() -> some connected connection: known brokers first, then the
--- bootstrap list (so a cluster whose brokers all moved is found again).
-function _M:any_broker()
-  local last_err, last_code = "no brokers", "network"
+-- Calls fn(conn) for each reachable broker (known brokers first, from a
+-- rotating start, then the bootstrap list, so a cluster whose brokers all
+-- moved is found again) until fn returns a value. Returns it, or nil, err,
+-- code: "backoff" when every broker was refused for its backoff.
+function _M:_each_broker(deadline, fn)
+  local last_err, last_code, all_backoff = "no brokers", "network", true
+  local function try(c, err, code)
+    if c then
+      local r
+      r, err, code = fn(c)
+      if r then return r end
+    end
+    last_err, last_code = err, code
+    if code ~= "backoff" then all_backoff = false end
+  end
   local ids = {}
   for id in pairs(self.brokers) do ids[#ids + 1] = id end
   table.sort(ids)
   local start = #ids > 0 and (math.floor(self.now()) % #ids) or 0
   for i = 1, #ids do
-    local id = ids[(start + i - 1) % #ids + 1]
-    local c, err, code = self:broker(id)
-    if c then return c end
-    last_err, last_code = err, code
+    local r = try(self:broker(ids[(start + i - 1) % #ids + 1], deadline))
+    if r then return r end
+    if deadline and self.now() >= deadline then break end
   end
   for i, b in ipairs(self.bootstrap) do
     local c = self.boot_conns[i]
@@ -136,39 +232,40 @@ function _M:any_broker()
       c = self:_new_conn(b.host, b.port)
       self.boot_conns[i] = c
     end
-    local ok, err, code = self:_ready(c)
-    if ok then return c end
-    last_err, last_code = err, code
+    local r = try(self:_ready(c, deadline))
+    if r then return r end
+    if deadline and self.now() >= deadline then break end
   end
-  return nil, "no broker reachable: " .. tostring(last_err), last_code
+  return nil, "no broker reachable: " .. tostring(last_err), all_backoff and "backoff" or last_code
 end
 
--- refresh(topics) -> true | nil, err, code: one Metadata request for the
--- given topics plus every topic already cached.
-function _M:refresh(topics)
+-- any_broker([deadline]) -> some connected connection | nil, err, code
+function _M:any_broker(deadline)
+  return self:_each_broker(deadline, function(c) return c end)
+end
+
+-- refresh(topics [, deadline]) -> true | nil, err, code: one Metadata
+-- request for the given topics plus every topic already cached, to the
+-- first broker that answers (one pass over the brokers, no waiting).
+function _M:refresh(topics, deadline)
   for _, t in ipairs(topics or {}) do self.wanted[t] = true end
   local names = {}
   for t in pairs(self.wanted) do names[#names + 1] = t end
   table.sort(names)
-  local last_err, last_code
-  for _ = 1, 3 do
-    local c, err, code = self:any_broker()
-    if not c then return nil, err, code end
-    local v
-    v, err, code = c:version(3)
-    if not v then return nil, err, code end
-    local req_topics = {}
-    for i, n in ipairs(names) do req_topics[i] = { name = n } end
-    local body = { topics = req_topics, allow_auto_topic_creation = self.auto_create }
-    local resp
-    resp, err, code = c:request(3, body, { version = v })
-    if resp then
-      self:_apply_metadata(resp)
-      return true
-    end
-    last_err, last_code = err, code
-  end
-  return nil, last_err, last_code
+  self.refresh_time = self.now()
+  local req_topics = {}
+  for i, n in ipairs(names) do req_topics[i] = { name = n } end
+  local body = { topics = req_topics, allow_auto_topic_creation = self.auto_create }
+  local ok, err, code = self:_each_broker(deadline, function(c)
+    local v, verr, vcode = c:version(API.Metadata)
+    if not v then return nil, verr, vcode end
+    local resp, rerr, rcode = c:request(API.Metadata, body, { version = v, deadline = deadline })
+    if not resp then return nil, rerr, rcode end
+    self:_apply_metadata(resp)
+    return true
+  end)
+  if ok then return true end
+  return nil, err, code
 end
 
 function _M:_apply_metadata(resp)
@@ -177,11 +274,12 @@ function _M:_apply_metadata(resp)
     brokers[b.node_id] = { host = b.host, port = b.port, rack = b.rack }
   end
   if next(brokers) then self.brokers = brokers end
-  -- connections to brokers that left the cluster are closed
+  -- connections to brokers that left the cluster are closed, their backoff
+  -- forgotten: listed again, a broker is connected at once
   for id, c in pairs(self.conns) do
     if not brokers[id] then
       c:close("broker left the cluster")
-      self.conns[id] = nil
+      self.conns[id], self.down_until[c], self.fails[c] = nil, nil, nil
     end
   end
   self.cluster_id = resp.cluster_id
@@ -202,10 +300,52 @@ function _M:_apply_metadata(resp)
   self.meta_time = t
 end
 
+-- The codes a retry can cure (I/O, a broker in backoff, a retriable Kafka
+-- error, a broker id not in the metadata yet).
+local RETRIABLE = { network = true, timeout = true, backoff = true, retriable = true, closed = true,
+                    protocol = true, metadata = true }
+_M.RETRIABLE = RETRIABLE
+
+-- call(fn [, o]) -> fn's result | nil, err, code, kafka_code: the retry
+-- service. fn(deadline, attempt) returns a result, or nil, err, code,
+-- kafka_code, retriable (retriable defaults to whether code is one of
+-- RETRIABLE). Retries wait backoff(attempt); a "backoff" refusal waits for
+-- the broker's backoff to end and is not counted as an attempt. Gives up
+-- at the deadline (o.timeout_ms, default default_api_timeout_ms) or after
+-- max_retries counted attempts (o.max_retries, default the client's: nil,
+-- unlimited). o.on_retry(code) runs before each retry (e.g. invalidate).
+function _M:call(fn, o)
+  local deadline = self.now() + (o and o.timeout_ms or self.default_api_timeout_ms)
+  local max = self.max_retries
+  if o and o.max_retries ~= nil then max = o.max_retries end
+  local attempts = 0
+  while true do
+    local res, err, code, kcode, retriable = fn(deadline, attempts + 1)
+    if res ~= nil then return res end
+    if retriable == nil then retriable = RETRIABLE[code] or false end
+    if not retriable then return nil, err, code, kcode end
+    local wait
+    if code == "backoff" then
+      wait = math.max(1, math.ceil(self:next_ready() - self.now()))
+    else
+      attempts = attempts + 1
+      if max and attempts > max then return nil, err, code, kcode end
+      wait = self:backoff(attempts)
+    end
+    if o and o.on_retry then o.on_retry(code) end
+    local left = deadline - self.now()
+    if left <= 0 or wait > left then
+      return nil, ("%s (gave up at the deadline after %d attempts)"):format(tostring(err), attempts), code, kcode
+    end
+    self.sleep(wait)
+  end
+end
+
 -- metadata(topics) -> {brokers = {[id] = {host, port, rack}}, topics = {[name] = {...}},
 -- cluster_id, controller_id} after a refresh | nil, err, code
 function _M:metadata(topics)
-  local ok, err, code = self:refresh(topics)
+  if topics ~= nil and type(topics) ~= "table" then check.fail("metadata", "topics", "an array of names", topics) end
+  local ok, err, code = self:call(function(deadline) return self:refresh(topics, deadline) end)
   if not ok then return nil, err, code end
   local view = { brokers = self.brokers, topics = {}, cluster_id = self.cluster_id, controller_id = self.controller_id }
   for _, name in ipairs(topics or {}) do view.topics[name] = self.topics[name] end
@@ -213,13 +353,16 @@ function _M:metadata(topics)
   return view
 end
 
--- topic(name) -> the cached topic, refreshed when missing, errored or stale
--- | nil, err, code ("unknown_topic" when the cluster does not have it).
-function _M:topic(name)
+-- topic(name [, deadline]) -> the cached topic, refreshed when missing,
+-- errored or stale (at most once per retry_backoff_ms while a view is
+-- cached) | nil, err, code ("unknown_topic" when the cluster does not have it).
+function _M:topic(name, deadline)
   local t = self.topics[name]
-  local fresh = t and (self.now() - t.time) < self.metadata_max_age_ms
-  if not t or not fresh or t.error_code ~= 0 or t.count == 0 then
-    local ok, err, code = self:refresh { name }
+  local now = self.now()
+  local fresh = t and (now - t.time) < self.metadata_max_age_ms
+  if not t or ((not fresh or t.error_code ~= 0 or t.count == 0)
+      and now - self.refresh_time >= self.retry_backoff_ms) then
+    local ok, err, code = self:refresh({ name }, deadline)
     if not ok then
       if t then return t end -- keep serving the old view when the cluster is unreachable
       return nil, err, code
@@ -231,9 +374,10 @@ function _M:topic(name)
     local wait = self.retry_backoff_ms
     for _ = 1, 6 do
       if not (self.auto_create and t and t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION) then break end
+      if deadline and self.now() + wait > deadline then break end
       self.sleep(wait)
       wait = wait * 2
-      if not self:refresh { name } then break end
+      if not self:refresh({ name }, deadline) then break end
       t = self.topics[name]
     end
   end
@@ -241,27 +385,62 @@ function _M:topic(name)
   if t.error_code ~= 0 then
     local e = errors.info(t.error_code)
     return nil, ("topic %s: %s (%s)"):format(name, e.name, e.message),
-      e.code == 3 and "unknown_topic" or (e.retriable and "retriable" or "kafka"), e.code
+      e.code == errors.UNKNOWN_TOPIC_OR_PARTITION and "unknown_topic" or (e.retriable and "retriable" or "kafka"), e.code
   end
   if t.count == 0 then return nil, "topic " .. name .. " has no partitions", "retriable" end
   return t
 end
 
 -- partitions(topic) -> number of partitions | nil, err, code
-function _M:partitions(name)
-  local t, err, code = self:topic(name)
+function _M:partitions(name, deadline)
+  if type(name) ~= "string" then check.fail("partitions", "topic", "a string", name) end
+  local t, err, code = self:topic(name, deadline)
   if not t then return nil, err, code end
   return t.count
 end
 
--- leader(topic, partition) -> node id | nil, err, code
-function _M:leader(name, partition)
-  local t, err, code = self:topic(name)
+-- leader(topic, partition [, deadline]) -> node id | nil, err, code
+function _M:leader(name, partition, deadline)
+  local t, err, code = self:topic(name, deadline)
   if not t then return nil, err, code end
   local p = t.partitions[partition]
-  if not p then return nil, ("topic %s has no partition %d"):format(name, partition), "unknown_partition" end
+  if not p then
+    return nil, ("topic %s has no partition %s"):format(name, tostring(partition)), "unknown_partition"
+  end
   if p.leader == nil or p.leader < 0 then return nil, ("no leader for %s/%d"):format(name, partition), "retriable" end
   return p.leader
+end
+
+-- route(topic, partition [, deadline [, pool]]) -> the leader's connection | nil, err, code
+function _M:route(topic, partition, deadline, pool)
+  local leader, err, code = self:leader(topic, partition, deadline)
+  if not leader then return nil, err, code end
+  return self:broker(leader, deadline, pool)
+end
+
+-- group(items [, deadline]) -> groups, failed: items ({topic=, partition=,
+-- ...}) grouped by their leader's connection, in first-seen order:
+-- groups = {{conn=, items={...}}...}; failed = {{item=, err=, code=}...}
+-- for items with no reachable leader (code "backoff" when its broker is in
+-- reconnect backoff). The one grouping the producer, the consumer and
+-- list_offsets share (pool: see broker()).
+function _M:group(items, deadline, pool)
+  local groups, by_conn, failed = {}, {}, {}
+  for _, it in ipairs(items) do
+    local conn, err, code = self:route(it.topic, it.partition, deadline, pool)
+    if conn then
+      local g = by_conn[conn]
+      if not g then
+        g = { conn = conn, items = {} }
+        by_conn[conn] = g
+        groups[#groups + 1] = g
+      end
+      g.items[#g.items + 1] = it
+    else
+      failed[#failed + 1] = { item = it, err = err, code = code }
+    end
+  end
+  return groups, failed
 end
 
 -- invalidate(topic): forget cached metadata so the next lookup refreshes.
@@ -278,77 +457,71 @@ local TIMES = { latest = -1, earliest = -2 }
 -- time: "earliest", "latest", -2, -1, or a timestamp in ms (the first
 -- offset whose timestamp is >= it; -1 when there is none).
 function _M:list_offsets(topic, partition, time)
-  local ts = TIMES[time] or tonumber(time)
-  if not ts then error("list_offsets: time must be earliest, latest or a timestamp", 2) end
-  local last_err, last_code, kcode
-  for attempt = 0, self.max_retries do
-    if attempt > 0 then self.sleep(self.retry_backoff_ms) end
-    local leader, err, code = self:leader(topic, partition)
-    local c
-    if leader then c, err, code = self:broker(leader) end
-    if c then
-      local v
-      v, err, code = c:version(2)
-      if v then
-        local part = { partition_index = partition, timestamp = ts, max_num_offsets = 1, current_leader_epoch = -1 }
-        local resp
-        resp, err, code = c:request(2, { replica_id = -1, isolation_level = 0,
-          topics = { { name = topic, partitions = { part } } } }, { version = v })
-        if resp then
-          local p = resp.topics and resp.topics[1] and resp.topics[1].partitions and resp.topics[1].partitions[1]
-          if not p then return nil, "ListOffsets response without the partition", "protocol" end
-          if p.error_code == 0 then
-            if v == 0 then return (p.old_style_offsets or {})[1] or -1 end
-            return p.offset
-          end
-          local e = errors.info(p.error_code)
-          err, code, kcode = ("list_offsets %s/%d: %s"):format(topic, partition, e.name), "kafka", e.code
-          if not e.retriable then return nil, err, code, kcode end
-        end
-      end
-      if code == "unsupported" then return nil, err, code end
-    end
-    last_err, last_code = err, code
-    self:invalidate(topic)
+  if type(topic) ~= "string" then check.fail("list_offsets", "topic", "a string", topic) end
+  check.partition("list_offsets", "partition", partition)
+  local ts = TIMES[time] or (check.is_int(time) and time >= -2 and time) or nil
+  if not ts then
+    check.fail("list_offsets", "time", '"earliest", "latest" or a timestamp in ms', time)
   end
-  return nil, last_err, last_code, kcode
+  return self:call(function(deadline)
+    local c, err, code = self:route(topic, partition, deadline)
+    if not c then return nil, err, code end
+    local v
+    v, err, code = c:version(API.ListOffsets)
+    if not v then return nil, err, code end
+    local part = { partition_index = partition, timestamp = ts, max_num_offsets = 1, current_leader_epoch = -1 }
+    local resp
+    resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = 0,
+      topics = { { name = topic, partitions = { part } } } }, { version = v, deadline = deadline })
+    if not resp then return nil, err, code end
+    local p = resp.topics and resp.topics[1] and resp.topics[1].partitions and resp.topics[1].partitions[1]
+    if not p then return nil, "ListOffsets response without the partition", "protocol" end
+    if p.error_code == errors.NONE then
+      if v == 0 then return (p.old_style_offsets or {})[1] or -1 end
+      return p.offset
+    end
+    local e = errors.info(p.error_code)
+    return nil, ("list_offsets %s/%d: %s"):format(topic, partition, e.name), "kafka", e.code, e.retriable
+  end, { on_retry = function() self:invalidate(topic) end })
+end
+
+-- One FindCoordinator attempt: the coordinator's connection | nil, err, code, kcode, retriable
+function _M:find_coordinator(key, key_type, deadline)
+  local c, err, code = self:any_broker(deadline)
+  if not c then return nil, err, code end
+  local v
+  v, err, code = c:version(API.FindCoordinator)
+  if not v then return nil, err, code end
+  local resp
+  resp, err, code = c:request(API.FindCoordinator, { key = key, key_type = key_type or 0 }, { version = v, deadline = deadline })
+  if not resp then return nil, err, code end
+  if resp.error_code ~= errors.NONE then
+    local e = errors.info(resp.error_code)
+    return nil, ("FindCoordinator %s: %s"):format(key, e.name), e.retriable and "retriable" or "kafka", e.code,
+      e.retriable
+  end
+  if not self.brokers[resp.node_id] then
+    self.brokers[resp.node_id] = { host = resp.host, port = resp.port }
+  end
+  return self:broker(resp.node_id, deadline)
 end
 
 -- coordinator(key, key_type) -> connection to the group (0) or transaction
 -- (1) coordinator | nil, err, code
 function _M:coordinator(key, key_type)
-  key_type = key_type or 0
-  local last_err, last_code
-  for attempt = 0, self.max_retries do
-    if attempt > 0 then self.sleep(self.retry_backoff_ms) end
-    local c, err, code = self:any_broker()
-    if c then
-      local v
-      v, err, code = c:version(10)
-      if not v then return nil, err, code end
-      local resp
-      resp, err, code = c:request(10, { key = key, key_type = key_type }, { version = v })
-      if resp then
-        if resp.error_code == 0 then
-          if not self.brokers[resp.node_id] then
-            self.brokers[resp.node_id] = { host = resp.host, port = resp.port }
-          end
-          return self:broker(resp.node_id)
-        end
-        local e = errors.info(resp.error_code)
-        err, code = ("FindCoordinator %s: %s"):format(key, e.name), e.retriable and "retriable" or "kafka"
-        if not e.retriable then return nil, err, code end
-      end
-    end
-    last_err, last_code = err, code
-  end
-  return nil, last_err, last_code
+  if type(key) ~= "string" then check.fail("coordinator", "key", "a string", key) end
+  check.oneof("coordinator", "key_type", key_type, 0, { 0, 1 })
+  return self:call(function(deadline) return self:find_coordinator(key, key_type, deadline) end)
 end
 
 -- ensure(client_or_opts) -> client, owned: a client passed in is used as
 -- it is; options make a new client that the caller owns (and closes).
-function _M.ensure(x)
+function _M.ensure(x, where)
   if type(x) == "table" and getmetatable(x) == mt then return x, false end
+  if x ~= nil and type(x) ~= "table" then
+    error(("%s: the first argument must be a kafka.client or a table of client options (got %s)"):format(
+      where or "kafka.client.ensure", check.show(x)), 3)
+  end
   return _M.new(x), true
 end
 

@@ -8,10 +8,20 @@
 --                            connect_timeout_ms=, socket=, api_versions=, max_versions=}
 --   assert(c:connect())
 --   local body, err, code = c:request("Metadata", {topics = {}})
---   local corr = c:send("Fetch", version, body) ... c:receive(corr)
+--   local corr = c:send("Fetch", version, body) ... c:receive(corr [, deadline])
 --
 -- Errors are nil, message, code with code one of "network", "timeout",
--- "protocol" (a peer that breaks the protocol), "unsupported", "closed".
+-- "protocol" (a peer that breaks the protocol), "limit" (a frame larger than
+-- receive_message_max_bytes), "unsupported", "closed".
+--
+-- Time: every request has its own deadline (request_timeout_ms, plus the
+-- broker-side wait it asked for, from when it was sent); when it passes the
+-- connection is closed. Callers pass their own deadline (a time in ms of
+-- the injected clock) to connect/send/receive: when that passes first, the
+-- call returns nil, msg, "timeout" and the request stays in flight (a
+-- partly read frame is kept), so a later receive() picks the answer up.
+-- waiting(corr) tells whether it is still in flight; abandon(corr) drops
+-- its answer when it comes.
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
 
@@ -29,8 +39,8 @@ end
 local _M = { VERSION = "0.1.0" }
 local mt = { __index = _M }
 
-local API_VERSIONS = 18
-local UNSIZED = { unsized = true } -- frames are read without their size prefix
+local API_VERSIONS, METADATA = proto.api.ApiVersions, proto.api.Metadata
+local CHUNK = 1048576 -- largest read on sockets whose timeout is not a deadline per call
 
 -- Versions to use against a broker that has no ApiVersions (Kafka < 0.10):
 -- the 0.8/0.9 protocol.
@@ -46,6 +56,7 @@ local DEFAULT_CAPS = { [1] = 12, [2] = 3, [9] = 7, [10] = 3 }
 local PRODUCE, FETCH = proto.api_key("Produce"), proto.api_key("Fetch")
 
 function _M.new(opts)
+  local now = opts.now or ksocket.clock(opts)
   return setmetatable({
     host = opts.host,
     port = tonumber(opts.port),
@@ -53,17 +64,21 @@ function _M.new(opts)
     client_id = opts.client_id or "lua-kafka",
     request_timeout_ms = opts.request_timeout_ms or 30000,
     connect_timeout_ms = opts.connect_timeout_ms or 10000,
+    receive_message_max_bytes = opts.receive_message_max_bytes or 100000000,
     factory = ksocket.factory(opts),
+    now = now,
     use_api_versions = opts.api_versions ~= false,
     max_versions = opts.max_versions or {},
     fallback_versions = opts.fallback_versions or FALLBACK,
     sock = nil,
     corr = 0,
-    inflight = {},   -- FIFO of {corr, api, version, opts}
+    inflight = {},   -- FIFO of {corr, api, version, opts, deadline}
     first = 1,
     last = 0,
     ready = {},      -- corr -> decoded body, for responses read ahead
     noreply = {},    -- corr of acks=0 produce: a reply (the mock sends one) is dropped
+    rd = nil,        -- the frame being read: {parts, have, need, size, corr}
+    neg = nil,       -- the ApiVersions negotiation in progress on this socket
     broker_versions = nil, -- api key -> {min, max}; false: the broker has no ApiVersions
     closed_reason = nil,
   }, mt)
@@ -83,10 +98,12 @@ function _M:close(reason)
   self.inflight, self.first, self.last = {}, 1, 0
   self.ready = {}
   self.noreply = {}
+  self.rd, self.neg = nil, nil
 end
 
+-- is_connected() -> true once the socket is open and versions negotiated
 function _M:is_connected()
-  return self.sock ~= nil
+  return self.sock ~= nil and self.neg == nil
 end
 
 local function fail(self, msg, code)
@@ -94,118 +111,224 @@ local function fail(self, msg, code)
   return nil, msg, code
 end
 
--- Reads one whole frame; any error or timeout closes the connection.
-function _M:_read_frame(timeout_ms)
-  local sock = self.sock
-  sock:settimeout(timeout_ms)
-  local head, err, partial = sock:receive(4)
-  if not head then
-    local what = (partial and #partial > 0) and "mid-frame " or ""
-    return fail(self, self:name() .. ": " .. what .. "receive failed: " .. tostring(err),
-      err == "timeout" and "timeout" or "network")
-  end
-  local total, ferr = proto.frame_length(head)
-  if not total then return fail(self, self:name() .. ": bad frame size: " .. tostring(ferr), "protocol") end
-  if total < 8 then return fail(self, self:name() .. ": frame too short for a response header", "protocol") end
-  local rest
-  rest, err = sock:receive(total - 4)
-  if not rest then
-    return fail(self, self:name() .. ": mid-frame receive failed: " .. tostring(err),
-      err == "timeout" and "timeout" or "network")
-  end
-  return rest -- the frame without its size: decoded with {unsized = true}, no copy
+local function join(st)
+  local parts = st.parts
+  if #parts == 1 then return parts[1] end
+  return table.concat(parts)
 end
 
--- Raw round trip used during negotiation: returns the response frame.
-function _M:_raw(api, version, body)
-  local corr, err, code = self:send(api, version, body)
-  if not corr then return nil, err, code end
-  local frame
-  frame, err, code = self:_read_frame(self.request_timeout_ms)
-  if not frame then return nil, err, code end
-  self.inflight[self.first] = nil
-  self.first = self.first + 1
-  local got = be32(frame, 1)
-  if got ~= corr then
-    return fail(self, ("%s: correlation id mismatch: sent %d, got %d"):format(self:name(), corr, got), "protocol")
+-- Reads until st holds st.need bytes or the deadline passes: true | nil, err.
+-- Bytes read before a timeout stay in st (the read resumes later).
+local function fill(self, st, deadline)
+  local sock = self.sock
+  local tried = false
+  while st.have < st.need do
+    local left = deadline - self.now()
+    if left <= 0 and tried then return nil, "timeout" end
+    tried = true
+    -- no time left: one look at what is there (0 = do not block, where the
+    -- socket's timeout is a per-call deadline; others get 1 ms)
+    if left < 1 then left = sock.total_timeout and 0 or 1 end
+    local want = st.need - st.have
+    if want > CHUNK and not sock.total_timeout then want = CHUNK end
+    sock:settimeout(math.ceil(left))
+    local data, err, partial = sock:receive(want)
+    data = data or partial
+    if data and #data > 0 then
+      st.parts[#st.parts + 1] = data
+      st.have = st.have + #data
+    end
+    if err and err ~= "timeout" and st.have < st.need then return nil, err end
   end
-  return frame
+  return true
 end
+
+local function next_part(st, need)
+  st.parts, st.have, st.need = {}, 0, need
+end
+
+-- A read that stopped: a timeout before the caller's deadline (soft) keeps
+-- the connection and the partial frame; anything else closes it.
+function _M:_read_failed(st, err, soft)
+  local started = st.size ~= nil or st.have > 0
+  if err == "timeout" and soft then
+    return nil, ("%s: no answer yet (deadline reached)"):format(self:name()), "timeout"
+  end
+  -- a close before any byte of the frame: maybe a broker refusing the request
+  self.clean_close = (err == "closed" and not started)
+  return fail(self, self:name() .. ": " .. (started and "mid-frame " or "") .. "receive failed: " .. tostring(err),
+    err == "timeout" and "timeout" or "network")
+end
+
+-- Reads one whole frame whose correlation id must be `expect` (or one whose
+-- reply is dropped): the size prefix is checked against
+-- receive_message_max_bytes and the correlation id against expect before
+-- the rest is read. Returns corr, the frame after the correlation id.
+function _M:_read_frame(deadline, soft, expect)
+  local st = self.rd
+  if not st then
+    st = { parts = {}, have = 0, need = 4 }
+    self.rd = st
+  end
+  local ok, err
+  if not st.size then
+    ok, err = fill(self, st, deadline)
+    if not ok then return self:_read_failed(st, err, soft) end
+    local size = be32(join(st), 1)
+    if size < 0 then return fail(self, self:name() .. ": bad frame size " .. size, "protocol") end
+    if size < 4 then return fail(self, self:name() .. ": frame too short for a response header", "protocol") end
+    if size > self.receive_message_max_bytes then
+      return fail(self, ("%s: frame of %d bytes exceeds receive_message_max_bytes (%d)"):format(self:name(), size,
+        self.receive_message_max_bytes), "limit")
+    end
+    st.size = size
+    next_part(st, 4)
+  end
+  if not st.corr then
+    ok, err = fill(self, st, deadline)
+    if not ok then return self:_read_failed(st, err, soft) end
+    local got = be32(join(st), 1)
+    if got ~= expect and not self.noreply[got] then
+      return fail(self, ("%s: correlation id mismatch: expected %d, got %d"):format(self:name(), expect, got),
+        "protocol")
+    end
+    st.corr = got
+    next_part(st, st.size - 4)
+  end
+  ok, err = fill(self, st, deadline)
+  if not ok then return self:_read_failed(st, err, soft) end
+  self.rd = nil
+  return st.corr, st.have > 0 and join(st) or ""
+end
+
+-- The ApiVersions body we send.
+local AV_BODY = { client_software_name = "lua-kafka", client_software_version = _M.VERSION }
 
 -- ApiVersions, with the fallback rules: a broker that does not know the
 -- version asked answers error 35 with a v0 body (carrying its own range
--- since Kafka 2.4): retry with that range's max, else v0.
-function _M:_negotiate()
-  local _, ours = proto.versions(API_VERSIONS)
-  local try = { math.min(ours, 3) }
-  local seen = {}
-  while #try > 0 do
-    local v = table.remove(try, 1)
-    if not seen[v] then
-      seen[v] = true
-      local frame, err, code = self:_raw(API_VERSIONS, v, { client_software_name = "lua-kafka",
-        client_software_version = _M.VERSION })
-      if not frame then return nil, err, code end
-      local ok, body = proto.decode_response(API_VERSIONS, v, frame, UNSIZED)
-      if not ok then body = nil end
-      if body and body.error_code == 0 then
-        local bv = {}
-        for _, k in ipairs(body.api_keys or {}) do bv[k.api_key] = { min = k.min_version, max = k.max_version } end
-        self.broker_versions = bv
-        return true
-      end
-      -- error 35 comes with a v0 body: read it for the broker's own range
-      local ok0, v0 = proto.decode_response(API_VERSIONS, 0, frame, UNSIZED)
-      if not ok0 then v0 = nil end
-      local max
-      if v0 and v0.error_code == 35 then
-        for _, k in ipairs(v0.api_keys or {}) do
-          if k.api_key == API_VERSIONS then max = k.max_version end
-        end
-      elseif body and body.error_code ~= 35 then
-        return nil, ("%s: ApiVersions failed: %s"):format(self:name(), proto.errors.info(body.error_code).name), "protocol"
-      end
-      if max and max < v then try[#try + 1] = max end
-      if v > 2 then try[#try + 1] = 2 end
-      try[#try + 1] = 0
+-- since Kafka 2.4): retry with that range's max, else v0. Resumable: a
+-- caller's deadline leaves the request in flight (self.neg keeps where it
+-- stands).
+function _M:_negotiate(deadline)
+  local n = self.neg
+  while true do
+    if not n.corr then
+      local v = table.remove(n.try, 1)
+      while v and n.seen[v] do v = table.remove(n.try, 1) end
+      if not v then return nil, self:name() .. ": ApiVersions negotiation failed", "unsupported" end
+      n.seen[v], n.v = true, v
+      local corr, err, code = self:_send_raw(API_VERSIONS, v, AV_BODY, { raw = true }, deadline)
+      if not corr then return nil, err, code end
+      n.corr = corr
     end
+    local frame, err, code = self:receive(n.corr, deadline)
+    if not frame then return nil, err, code end
+    local v = n.v
+    n.corr = nil
+    local ok, body = proto.decode_response(API_VERSIONS, v, frame, { unsized = true, correlation_id = 0 })
+    if not ok then body = nil end
+    if body and body.error_code == proto.errors.NONE then
+      local bv = {}
+      for _, k in ipairs(body.api_keys or {}) do bv[k.api_key] = { min = k.min_version, max = k.max_version } end
+      self.broker_versions = bv
+      return true
+    end
+    -- error 35 comes with a v0 body: read it for the broker's own range
+    local ok0, v0 = proto.decode_response(API_VERSIONS, 0, frame, { unsized = true, correlation_id = 0 })
+    if not ok0 then v0 = nil end
+    local max
+    if v0 and v0.error_code == proto.errors.UNSUPPORTED_VERSION then
+      for _, k in ipairs(v0.api_keys or {}) do
+        if k.api_key == API_VERSIONS then max = k.max_version end
+      end
+    elseif body and body.error_code ~= proto.errors.UNSUPPORTED_VERSION then
+      return nil, ("%s: ApiVersions failed: %s"):format(self:name(), proto.errors.info(body.error_code).name), "protocol"
+    end
+    if max and max < v then n.try[#n.try + 1] = max end
+    if v > 2 then n.try[#n.try + 1] = 2 end
+    n.try[#n.try + 1] = 0
   end
-  return nil, self:name() .. ": ApiVersions negotiation failed", "unsupported"
 end
 
--- connect() -> true | nil, err, code. Opens the socket and negotiates
--- versions (once per broker; a broker that closes on ApiVersions is
--- treated as Kafka < 0.10 and spoken to in the old versions).
-function _M:connect()
-  if self.sock then return true end
+-- Opens the socket (bounded by connect_timeout_ms and the deadline).
+function _M:_open(deadline)
   local sock, err = self.factory()
   if not sock then return nil, "cannot create socket: " .. tostring(err), "network" end
-  sock:settimeout(self.connect_timeout_ms)
+  local t = math.min(self.connect_timeout_ms, deadline - self.now())
+  sock:settimeout(math.max(1, math.ceil(t)))
   local ok
   ok, err = sock:connect(self.host, self.port)
   if not ok then
     sock:close()
-    return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)), "network"
+    return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)),
+      err == "timeout" and "timeout" or "network"
   end
   self.sock = sock
   self.closed_reason = nil
   self.inflight, self.first, self.last, self.ready, self.noreply = {}, 1, 0, {}, {}
-  if self.use_api_versions and self.broker_versions == nil then
-    local code
-    ok, err, code = self:_negotiate()
-    if not ok then
-      if code == "network" then
-        -- closed on ApiVersions: a pre-0.10 broker. Reconnect without it.
-        self.broker_versions = false
-        return self:connect()
-      end
-      self:close(err)
-      return nil, err, code
-    end
-  elseif not self.use_api_versions then
-    self.broker_versions = false
-  end
+  self.rd, self.clean_close = nil, nil
   return true
+end
+
+-- A broker older than 0.10 closes the connection on ApiVersions (an api it
+-- does not know) but answers Metadata v0. One close is not evidence of that
+-- (a broker going down closes too): the close must repeat on a fresh
+-- connection with ApiVersions v0, and Metadata v0 must then be answered.
+function _M:_probe_old(deadline)
+  local ok = self:_open(deadline)
+  if not ok then return nil end
+  self.neg = { try = { 0 }, seen = {} }
+  local err, code
+  ok, err, code = self:_negotiate(deadline)
+  if ok then
+    self.neg = nil
+    return true
+  end
+  if not self.clean_close then return nil, err, code end
+  self.neg = nil
+  if not self:_open(deadline) then return nil end
+  local corr = self:_send_raw(METADATA, 0, { topics = {} }, { raw = true }, deadline)
+  if not corr or not self:receive(corr, deadline) then return nil end
+  self.broker_versions = false
+  return true
+end
+
+-- connect([deadline]) -> true | nil, err, code. Opens the socket and
+-- negotiates versions on every new socket (a broker can be upgraded or
+-- replaced between connections). With a deadline that passes during the
+-- negotiation, nil, err, "timeout" with the negotiation left in flight: the
+-- next connect() goes on with it.
+function _M:connect(deadline)
+  if self.sock and not self.neg then return true end
+  deadline = deadline or math.huge
+  local ok, err, code
+  if not self.sock then
+    ok, err, code = self:_open(deadline)
+    if not ok then return nil, err, code end
+    if not self.use_api_versions then
+      self.broker_versions = false
+      return true
+    end
+    local _, ours = proto.versions(API_VERSIONS)
+    self.neg = { try = { math.min(ours, 3) }, seen = {}, first = true }
+  end
+  local first = self.neg.first
+  ok, err, code = self:_negotiate(deadline)
+  if ok then
+    self.neg = nil
+    return true
+  end
+  if code == "timeout" and self.sock and self.neg and self.neg.corr and self:waiting(self.neg.corr) then
+    return nil, err, code
+  end
+  local clean = self.clean_close
+  self:close(err)
+  if first and clean and code == "network" then
+    ok = self:_probe_old(deadline)
+    if ok then return true end
+    self:close(err)
+  end
+  return nil, err, code
 end
 
 -- version(api) -> the highest version both sides support, or nil, err.
@@ -234,19 +357,15 @@ function _M:version(api)
   return hi
 end
 
--- send(api, version, body [, opts]) -> correlation id | nil, err, code.
--- opts.no_response: the broker sends none (Produce with acks=0).
--- opts.timeout_ms: how long receive() waits for this response.
-function _M:send(api, version, body, opts)
-  if not self.sock then
-    local ok, err, code = self:connect()
-    if not ok then return nil, err, code end
-  end
+function _M:_send_raw(api, version, body, opts, deadline)
   local corr = self.corr + 1
   if corr > 0x7fffffff then corr = 1 end
   self.corr = corr
   local frame = proto.encode_request(api, version, { correlation_id = corr, client_id = self.client_id }, body)
-  self.sock:settimeout(self.request_timeout_ms)
+  local t = self.now()
+  local limit = self.request_timeout_ms
+  if deadline and deadline - t < limit then limit = deadline - t end
+  self.sock:settimeout(math.max(1, math.ceil(limit)))
   local ok, err = self.sock:send(frame)
   if not ok then
     return fail(self, ("%s: send failed: %s"):format(self:name(), tostring(err)),
@@ -256,16 +375,34 @@ function _M:send(api, version, body, opts)
     self.noreply[corr] = true
   else
     self.last = self.last + 1
-    self.inflight[self.last] = { corr = corr, api = api, version = version, opts = opts }
+    self.inflight[self.last] = { corr = corr, api = api, version = version, opts = opts,
+      deadline = t + self.request_timeout_ms + (opts and opts.timeout_ms or 0) }
   end
   return corr
 end
 
--- receive(corr) -> decoded response body | nil, err, code. Reads responses
--- in order; ones for other requests in flight are kept for their receive().
-function _M:receive(corr)
+-- send(api, version, body [, opts]) -> correlation id | nil, err, code.
+-- opts.no_response: the broker sends none (Produce with acks=0).
+-- opts.timeout_ms: how much longer than request_timeout_ms the answer may
+-- take (the broker-side wait asked for). opts.deadline: the caller's.
+-- opts.decode: decode options for the response; opts.raw: receive()
+-- returns the frame after the correlation id, undecoded.
+function _M:send(api, version, body, opts)
+  local deadline = opts and opts.deadline
+  if not self:is_connected() then
+    local ok, err, code = self:connect(deadline)
+    if not ok then return nil, err, code end
+  end
+  return self:_send_raw(api, version, body, opts, deadline)
+end
+
+-- receive(corr [, deadline]) -> decoded response body | nil, err, code.
+-- Reads responses in order; ones for other requests in flight are kept
+-- for their receive(). When the deadline passes before the answer:
+-- nil, err, "timeout" and the request stays in flight (see waiting()).
+function _M:receive(corr, deadline)
   local body = self.ready[corr]
-  if body then
+  if body ~= nil then
     self.ready[corr] = nil
     return body
   end
@@ -276,39 +413,65 @@ function _M:receive(corr)
         self.closed_reason or "already received"), "closed"
     end
     if not self.sock then return nil, self.closed_reason, "closed" end
-    local timeout = self.request_timeout_ms + (head.opts and head.opts.timeout_ms or 0)
-    local frame, err, code = self:_read_frame(timeout)
-    if not frame then return nil, err, code end
-    local got = be32(frame, 1)
-    if self.noreply[got] then
+    local d, soft = head.deadline, false
+    if deadline and deadline < d then d, soft = deadline, true end
+    local got, frame, code = self:_read_frame(d, soft, head.corr)
+    if not got then return nil, frame, code end
+    if got ~= head.corr then
       self.noreply[got] = nil
-    elseif got ~= head.corr then
-      return fail(self, ("%s: correlation id mismatch: expected %d, got %d"):format(self:name(), head.corr, got),
-        "protocol")
     else
       self.inflight[self.first] = nil
       self.first = self.first + 1
-      local dopts = UNSIZED
-      if head.opts and head.opts.decode then
-        dopts = { unsized = true }
-        for k, x in pairs(head.opts.decode) do dopts[k] = x end
+      local o = head.opts
+      local result
+      if o and o.raw then
+        result = frame
+      elseif not head.abandoned then
+        local dopts = { unsized = true, correlation_id = got }
+        if o and o.decode then
+          for k, x in pairs(o.decode) do dopts[k] = x end
+        end
+        local c, decoded, derr = proto.decode_response(head.api, head.version, frame, dopts)
+        if not c then
+          return fail(self, ("%s: bad %s v%d response: %s (%s)"):format(self:name(), tostring(head.api), head.version,
+            tostring(decoded), tostring(derr)), "protocol")
+        end
+        result = decoded
       end
-      local c, decoded, derr = proto.decode_response(head.api, head.version, frame, dopts)
-      if not c then
-        return fail(self, ("%s: bad %s v%d response: %s (%s)"):format(self:name(), tostring(head.api), head.version,
-          tostring(decoded), tostring(derr)), "protocol")
-      end
-      if head.corr == corr then return decoded end
-      self.ready[head.corr] = decoded
+      if head.corr == corr then return result end
+      if not head.abandoned then self.ready[head.corr] = result end
     end
   end
 end
 
+-- waiting(corr) -> true while corr's answer is expected (in flight or read ahead)
+function _M:waiting(corr)
+  if self.ready[corr] ~= nil then return true end
+  for i = self.first, self.last do
+    local e = self.inflight[i]
+    if e and e.corr == corr then return true end
+  end
+  return false
+end
+
+-- abandon(corr): nobody will receive corr's answer; it is dropped when read.
+function _M:abandon(corr)
+  if self.ready[corr] ~= nil then
+    self.ready[corr] = nil
+    return
+  end
+  for i = self.first, self.last do
+    local e = self.inflight[i]
+    if e and e.corr == corr then e.abandoned = true end
+  end
+end
+
 -- request(api, body [, opts]) -> body | nil, err, code: send + receive at
--- the negotiated version (opts.version forces one).
+-- the negotiated version (opts.version forces one; opts.deadline bounds it).
 function _M:request(api, body, opts)
-  if not self.sock then
-    local ok, err, code = self:connect()
+  local deadline = opts and opts.deadline
+  if not self:is_connected() then
+    local ok, err, code = self:connect(deadline)
     if not ok then return nil, err, code end
   end
   local v = opts and opts.version
@@ -320,7 +483,13 @@ function _M:request(api, body, opts)
   local corr, err, code = self:send(api, v, body, opts)
   if not corr then return nil, err, code end
   if opts and opts.no_response then return {} end
-  return self:receive(corr)
+  local resp
+  resp, err, code = self:receive(corr, deadline)
+  if not resp and code == "timeout" and self:waiting(corr) then
+    -- the caller gives up: this answer is not wanted any more
+    self:abandon(corr)
+  end
+  return resp, err, code
 end
 
 _M.in_flight = function(self) return self.last - self.first + 1 end

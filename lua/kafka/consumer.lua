@@ -17,43 +17,56 @@
 -- isolation_level (0: read uncommitted; 1: read committed), check_crcs
 -- (true), max_decompressed (bytes per batch), retry_backoff_ms (100).
 -- One Fetch per broker covers all its assigned partitions; brokers are
--- asked in parallel. Group membership (JoinGroup/SyncGroup) is not here yet:
--- commits use generation -1, as a consumer with manual assignment does.
+-- asked in parallel, and a Fetch not answered by the poll's deadline stays
+-- in flight for the next poll (a slow broker never holds up the others).
+-- Fetches go over the consumer's own connections, so a Fetch waiting on a
+-- broker never delays a producer or a commit sharing the client.
+-- Group membership (JoinGroup/SyncGroup) is not here yet: commits use
+-- generation -1, as a consumer with manual assignment does.
+--
+-- How poll reports errors: see poll() below and the README.
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
+local check = require "kafka.check"
 
 local errors = proto.errors
-local math = math
-local setmetatable, tostring, type, ipairs, error = setmetatable, tostring, type, ipairs, error
+local API = proto.api
+local math, table = math, table
+local setmetatable, tostring, type, ipairs, pairs, next, error = setmetatable, tostring, type, ipairs, pairs, next, error
 
 local _M = {}
 local mt = { __index = _M }
 
+local WHERE = "kafka.consumer.new"
+local OFFSET_WORDS = { "earliest", "latest", "committed", -1, -2 }
+
 function _M.new(client_or_opts, opts)
-  opts = opts or {}
-  local client, own = client_mod.ensure(client_or_opts)
-  local reset = opts.auto_offset_reset or "latest"
-  if reset ~= "latest" and reset ~= "earliest" and reset ~= "error" then
-    error("kafka.consumer.new: auto_offset_reset must be latest, earliest or error", 2)
-  end
+  local client, own = client_mod.ensure(client_or_opts, WHERE)
+  opts = check.opts(WHERE, opts)
+  local int = check.int
   return setmetatable({
     client = client,
     own_client = own,
-    group_id = opts.group_id,
-    auto_offset_reset = reset,
-    fetch_max_wait_ms = opts.fetch_max_wait_ms or 500,
-    fetch_min_bytes = opts.fetch_min_bytes or 1,
-    fetch_max_bytes = opts.fetch_max_bytes or 8388608,
-    max_partition_fetch_bytes = opts.max_partition_fetch_bytes or 1048576,
-    isolation_level = opts.isolation_level or 0,
-    decode_opts = { check_crc = opts.check_crcs ~= false, max_decompressed = opts.max_decompressed,
+    group_id = check.typed(WHERE, "group_id", opts.group_id, nil, "string"),
+    auto_offset_reset = check.oneof(WHERE, "auto_offset_reset", opts.auto_offset_reset, "latest",
+      { "latest", "earliest", "error" }),
+    fetch_max_wait_ms = int(WHERE, "fetch_max_wait_ms", opts.fetch_max_wait_ms, 500, 0),
+    fetch_min_bytes = int(WHERE, "fetch_min_bytes", opts.fetch_min_bytes, 1, 0),
+    fetch_max_bytes = int(WHERE, "fetch_max_bytes", opts.fetch_max_bytes, 8388608, 1),
+    max_partition_fetch_bytes = int(WHERE, "max_partition_fetch_bytes", opts.max_partition_fetch_bytes, 1048576, 1),
+    isolation_level = check.oneof(WHERE, "isolation_level", opts.isolation_level, 0, { 0, 1 }),
+    decode_opts = { check_crc = check.bool(WHERE, "check_crcs", opts.check_crcs, true),
+                    max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
                     skip_control = true, batches = false },
     fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
-    retry_backoff_ms = opts.retry_backoff_ms or 100,
-    max_poll_records = opts.max_poll_records or 10000,
+    retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
+    max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 10000, 1),
     pending = nil, -- fetched partitions not decoded yet: {st=, pr=, offset=}
     parts = {},   -- array of partition states
     index = {},   -- "topic\0partition" -> state
+    pool = {},    -- node id -> this consumer's Fetch connection (see client:broker)
+    fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
+    flist = {},   -- the same, oldest first
   }, mt)
 end
 
@@ -79,19 +92,36 @@ function _M:_resolve(topic, partition, offset)
   return nil, "bad offset " .. tostring(offset), "invalid"
 end
 
+-- Drops every Fetch in flight (their answers are not wanted any more).
+function _M:_abandon_fetches()
+  for _, f in ipairs(self.flist) do
+    f.conn:abandon(f.corr)
+    for _, st in ipairs(f.parts) do st.fetch = nil end
+  end
+  self.fetches, self.flist = {}, {}
+end
+
 -- assign{{topic=, partition=, offset=}} -> true | nil, err, code. Replaces
 -- the assignment; offset is a number, "earliest", "latest" or "committed"
 -- (default: committed with a group_id, else auto_offset_reset).
 function _M:assign(list)
-  if type(list) ~= "table" then error("assign: expected an array of {topic=, partition=, offset=}", 2) end
+  if type(list) ~= "table" then check.fail("assign", "the assignment", "an array of {topic=, partition=, offset=}", list) end
+  if #list == 0 and next(list) ~= nil then
+    error("assign: expected an array of {topic=, partition=, offset=} (got a single entry or a map: "
+      .. "wrap entries in a list)", 2)
+  end
+  for i, a in ipairs(list) do
+    local name = ("assign[%d]"):format(i)
+    if type(a) ~= "table" then check.fail("assign", name, "a {topic=, partition=, offset=} table", a) end
+    if type(a.topic) ~= "string" then check.fail("assign", name .. ".topic", "a string", a.topic) end
+    check.partition("assign", name .. ".partition", a.partition)
+    if a.offset ~= nil then check.offset("assign", name .. ".offset", a.offset, OFFSET_WORDS) end
+  end
   local parts, index = {}, {}
   for _, a in ipairs(list) do
-    if type(a.topic) ~= "string" or type(a.partition) ~= "number" then
-      error("assign: every entry needs topic (string) and partition (number)", 2)
-    end
     local n, err, code = self.client:partitions(a.topic)
     if not n then return nil, err, code end
-    if a.partition < 0 or a.partition >= n then
+    if a.partition >= n then
       return nil, ("topic %s has no partition %d"):format(a.topic, a.partition), "unknown_partition"
     end
     local start = a.offset
@@ -104,7 +134,8 @@ function _M:assign(list)
     parts[#parts + 1] = st
     index[pkey(a.topic, a.partition)] = st
   end
-  self.parts, self.index = parts, index
+  self:_abandon_fetches()
+  self.parts, self.index, self.pending = parts, index, nil
   return true
 end
 
@@ -116,12 +147,15 @@ end
 
 -- position(topic, partition) -> the next offset poll will return
 function _M:position(topic, partition)
-  local st = self.index[pkey(topic, partition)]
+  local st = self.index[pkey(tostring(topic), tostring(partition))]
   return st and st.offset
 end
 
 -- seek(topic, partition, offset) -> true | nil, err, code
 function _M:seek(topic, partition, offset)
+  if type(topic) ~= "string" then check.fail("seek", "topic", "a string", topic) end
+  check.partition("seek", "partition", partition)
+  check.offset("seek", "offset", offset, OFFSET_WORDS)
   local st = self.index[pkey(topic, partition)]
   if not st then return nil, ("%s/%d is not assigned"):format(topic, partition), "invalid" end
   local off, err, code = self:_resolve(topic, partition, offset)
@@ -131,14 +165,15 @@ function _M:seek(topic, partition, offset)
 end
 
 -- Handles one partition's fetch result; appends messages to out.
--- Returns nil, err, code for errors the caller must see.
+-- Returns nil, err, code, kafka_code for errors the caller must see.
 function _M:_partition_result(st, pr, out)
   local ec = pr.error_code
-  if ec ~= 0 then
+  if ec ~= errors.NONE then
     local e = errors.info(ec)
-    if ec == 1 then -- OFFSET_OUT_OF_RANGE
+    if ec == errors.OFFSET_OUT_OF_RANGE then
       if self.auto_offset_reset == "error" then
-        return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range"
+        return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range",
+          ec
       end
       local off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
       if not off then return nil, err, code end
@@ -180,125 +215,240 @@ function _M:_partition_result(st, pr, out)
   return true
 end
 
+-- One error per partition and poll (the latest).
+local function add_error(errs, st, err, code, kcode)
+  local e
+  for i = 1, #errs do
+    if errs[i].topic == st.topic and errs[i].partition == st.partition then e = errs[i] end
+  end
+  if not e then
+    e = { topic = st.topic, partition = st.partition }
+    errs[#errs + 1] = e
+  end
+  e.err, e.code, e.kafka_code = err, code, kcode
+end
+
 -- Decodes one partition's fetch result into out, or keeps it for the next
 -- poll once out holds max_poll_records: a poll's messages all stay alive
 -- until the caller drops them, and a big live set makes Lua's GC slow.
-function _M:_settle(st, pr, out)
+function _M:_settle(st, pr, out, errs)
   if #out >= self.max_poll_records then
     local p = self.pending or {}
     p[#p + 1] = { st = st, pr = pr, offset = st.offset }
     self.pending = p
-    return true
+    return
   end
-  return self:_partition_result(st, pr, out)
+  local ok, err, code, kcode = self:_partition_result(st, pr, out)
+  if not ok then add_error(errs, st, err, code, kcode) end
 end
 
 -- Decodes what earlier fetches left (dropped when the partition was
--- reassigned or sought meanwhile). Returns the first error, if any.
-function _M:_drain(out)
+-- reassigned or sought meanwhile).
+function _M:_drain(out, errs)
   local pend = self.pending
   self.pending = nil
-  local first_err, first_code, first_kcode
   for _, it in ipairs(pend) do
     local st = it.st
     if self.index[pkey(st.topic, st.partition)] == st and st.offset == it.offset then
-      local ok, err, code, kcode = self:_settle(st, it.pr, out)
-      if not ok and not first_err then first_err, first_code, first_kcode = err, code, kcode end
+      self:_settle(st, it.pr, out, errs)
     end
   end
-  return first_err, first_code, first_kcode
 end
 
--- poll(timeout_ms) -> array of messages (maybe empty) | nil, err, code.
+-- Sends a Fetch to every leader of assigned partitions that has none in
+-- flight (partitions already in a Fetch wait for its answer; partitions in
+-- skip are left out until the time given). Partitions whose leader cannot
+-- be reached get an error in errs and are tried again after
+-- retry_backoff_ms.
+function _M:_send_fetches(deadline, errs, skip)
+  local client = self.client
+  local items = {}
+  local tnow = client.now()
+  for _, st in ipairs(self.parts) do
+    if not st.fetch and not (skip[st] and skip[st] > tnow) then items[#items + 1] = st end
+  end
+  if #items == 0 then return end
+  local groups, failed = client:group(items, deadline, self.pool)
+  for _, f in ipairs(failed) do
+    add_error(errs, f.item, f.err, f.code)
+    skip[f.item] = tnow + self.retry_backoff_ms
+    if f.code ~= "backoff" then client:invalidate(f.item.topic) end
+  end
+  local wait = math.floor(math.max(0, math.min(deadline - client.now(), self.fetch_max_wait_ms)))
+  for _, g in ipairs(groups) do
+    local conn = g.conn
+    if not self.fetches[conn] then
+      local topics, list, offsets = {}, {}, {}
+      for _, st in ipairs(g.items) do
+        local t = topics[st.topic]
+        if not t then
+          t = { topic = st.topic, partitions = {} }
+          topics[st.topic] = t
+          list[#list + 1] = t
+        end
+        t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.offset,
+          partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
+          last_fetched_epoch = -1 }
+        offsets[st] = st.offset
+      end
+      local v, err, code = conn:version(API.Fetch)
+      local corr
+      if v then
+        corr, err, code = conn:send(API.Fetch, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
+          max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
+          session_epoch = -1, topics = list, forgotten_topics_data = {}, rack_id = "" },
+          { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
+      end
+      if corr then
+        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, wait = wait }
+        self.fetches[conn] = f
+        self.flist[#self.flist + 1] = f
+        for _, st in ipairs(g.items) do st.fetch = f end
+      else
+        for _, st in ipairs(g.items) do
+          add_error(errs, st, err, code)
+          skip[st] = tnow + self.retry_backoff_ms
+        end
+        client:invalidate()
+      end
+    end
+  end
+end
+
+function _M:_fetch_done(f)
+  self.fetches[f.conn] = nil
+  for i, x in ipairs(self.flist) do
+    if x == f then
+      table.remove(self.flist, i)
+      break
+    end
+  end
+  for _, st in ipairs(f.parts) do
+    if st.fetch == f then st.fetch = nil end
+  end
+end
+
+-- Reads the answer to Fetch f until the deadline. Returns false while it
+-- is still in flight. A partition that failed is not fetched again in this
+-- poll (skip), so a stuck partition cannot make a poll spin.
+function _M:_collect(f, deadline, out, errs, skip)
+  local resp, err, code = f.conn:receive(f.corr, deadline)
+  if not resp and code == "timeout" and f.conn:waiting(f.corr) then return false end
+  self:_fetch_done(f)
+  local current = {}
+  for _, st in ipairs(f.parts) do
+    -- only partitions still assigned and not sought since the Fetch was sent
+    if self.index[pkey(st.topic, st.partition)] == st and st.offset == f.offsets[st] then current[st] = true end
+  end
+  local t = self.client.now()
+  if not resp then
+    for st in pairs(current) do
+      add_error(errs, st, err, code)
+      skip[st] = t + self.retry_backoff_ms
+    end
+    self.client:invalidate()
+    return true
+  end
+  if resp.error_code and resp.error_code ~= errors.NONE then
+    local e = errors.info(resp.error_code)
+    if e.retriable then
+      self.client:invalidate()
+    else
+      for st in pairs(current) do add_error(errs, st, "Fetch: " .. e.name, "kafka", e.code) end
+    end
+  end
+  local nerr, nout = #errs, #out
+  for _, tr in ipairs(resp.responses or {}) do
+    for _, pr in ipairs(tr.partitions or {}) do
+      local st = self.index[pkey(tr.topic, pr.partition_index)]
+      if st and current[st] then
+        self:_settle(st, pr, out, errs)
+        if #errs > nerr then
+          skip[st] = math.huge
+          nerr = #errs
+        end
+      end
+    end
+  end
+  if #out == nout and f.wait == 0 then
+    -- an empty answer to a Fetch that asked the broker not to wait: do not
+    -- ask again at once (the poll would spin on the network)
+    for st in pairs(current) do
+      if not skip[st] then skip[st] = t + self.retry_backoff_ms end
+    end
+  end
+  return true
+end
+
+local function result(out, errs)
+  if #errs == 0 then return out end
+  if #out > 0 then
+    out.errors = errs
+    return out
+  end
+  local e = errs[1]
+  local msg = e.err
+  if #errs > 1 then msg = ("%s (and %d more partition errors)"):format(tostring(msg), #errs - 1) end
+  return nil, msg, e.code, e.kafka_code, errs
+end
+
+-- poll([timeout_ms]) -> messages | nil, err, code, kafka_code, errors.
 -- Each message: topic, partition, offset, key, value, headers (when any),
--- timestamp, high_watermark.
+-- timestamp, high_watermark. timeout_ms (default fetch_max_wait_ms) is a
+-- deadline over the whole call. A partition that could not be fetched
+-- (leader unreachable, I/O error, a non-retriable Kafka error, a corrupt
+-- batch, an offset out of range with auto_offset_reset = "error") gives an
+-- entry {topic=, partition=, err=, code=, kafka_code=} in errors: with
+-- messages from other partitions they come as messages.errors; with no
+-- messages at all poll returns nil, the first error's message, code and
+-- kafka_code, and the whole list as the fifth value. Retriable Kafka
+-- errors (a leader moved) are handled inside (metadata refreshed) and not
+-- reported.
 function _M:poll(timeout_ms)
-  timeout_ms = timeout_ms or self.fetch_max_wait_ms
-  local out = {}
+  timeout_ms = check.int("poll", "timeout_ms", timeout_ms, self.fetch_max_wait_ms, 0)
+  local client = self.client
+  local now = client.now
+  local deadline = now() + timeout_ms
+  local out, errs = {}, {}
   if #self.parts == 0 then
-    self.client.sleep(timeout_ms)
+    client.sleep(timeout_ms)
     return out
   end
   if self.pending then
     -- answer from what was fetched already; fetch again only when it is used up
-    local err, code, kcode = self:_drain(out)
-    if #out == 0 and err then return nil, err, code, kcode end
-    if #out > 0 or self.pending then return out end
+    self:_drain(out, errs)
+    if #out > 0 or self.pending then return result(out, errs) end
   end
-  local by_leader, order = {}, {}
-  local unreachable = false
-  for _, st in ipairs(self.parts) do
-    local leader = self.client:leader(st.topic, st.partition)
-    local conn
-    if leader then conn = self.client:broker(leader) end
-    if conn then
-      local req = by_leader[conn]
-      if not req then
-        req = { topics = {}, list = {} }
-        by_leader[conn] = req
-        order[#order + 1] = conn
+  local skip = {}
+  while true do
+    self:_send_fetches(deadline, errs, skip)
+    -- every answer already there, from any broker
+    local flist = self.flist
+    for i = #flist, 1, -1 do
+      local f = flist[i]
+      if f then self:_collect(f, now(), out, errs, skip) end
+    end
+    -- messages end the poll; errors alone wait for the deadline (the
+    -- healthy partitions may still bring messages, and a caller polling in
+    -- a loop must not spin)
+    local t = now()
+    if #out > 0 or t >= deadline then return result(out, errs) end
+    local f = self.flist[1]
+    if not f then
+      -- nothing in flight: try the unreachable leaders again after a backoff
+      local wake = deadline
+      for _, until_t in pairs(skip) do
+        if until_t < wake then wake = until_t end
       end
-      local t = req.topics[st.topic]
-      if not t then
-        t = { topic = st.topic, partitions = {} }
-        req.topics[st.topic] = t
-        req.list[#req.list + 1] = t
-      end
-      t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.offset,
-        partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
-        last_fetched_epoch = -1 }
+      client.sleep(math.max(1, math.ceil(math.min(wake, deadline) - t)))
     else
-      unreachable = true
-      self.client:invalidate(st.topic)
+      -- wait on the oldest Fetch; with several in flight, in short slices so
+      -- an answer from another broker is not held up behind it
+      local until_t = deadline
+      if #self.flist > 1 and t + 20 < deadline then until_t = t + 20 end
+      self:_collect(f, until_t, out, errs, skip)
     end
   end
-  local wait = math.min(timeout_ms, self.fetch_max_wait_ms)
-  local sent = {}
-  for _, conn in ipairs(order) do
-    local req = by_leader[conn]
-    local v = conn:version(1)
-    local corr
-    if v then
-      corr = conn:send(1, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
-        max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
-        session_epoch = -1, topics = req.list, forgotten_topics_data = {}, rack_id = "" },
-        { timeout_ms = wait, decode = self.fetch_decode })
-    end
-    sent[#sent + 1] = { conn = conn, corr = corr }
-  end
-  local first_err, first_code, first_kcode
-  for _, s in ipairs(sent) do
-    local resp
-    if s.corr then resp = s.conn:receive(s.corr) end
-    if not resp then
-      unreachable = true
-      self.client:invalidate()
-    else
-      if resp.error_code and resp.error_code ~= 0 then
-        local e = errors.info(resp.error_code)
-        if e.retriable then
-          self.client:invalidate()
-        elseif not first_err then
-          first_err, first_code, first_kcode = "Fetch: " .. e.name, "kafka", e.code
-        end
-      end
-      for _, tr in ipairs(resp.responses or {}) do
-        for _, pr in ipairs(tr.partitions or {}) do
-          local st = self.index[pkey(tr.topic, pr.partition_index)]
-          if st then
-            local ok, err, code, kcode = self:_settle(st, pr, out)
-            if not ok and not first_err then first_err, first_code, first_kcode = err, code, kcode end
-          end
-        end
-      end
-    end
-  end
-  if #out == 0 and first_err then return nil, first_err, first_code, first_kcode end
-  if #out == 0 and unreachable and #sent == 0 then
-    -- nothing could be asked: do not spin
-    self.client.sleep(math.min(timeout_ms, self.retry_backoff_ms))
-  end
-  return out
 end
 
 -- Groups items by their topic: an array of {name = topic, [field] = {...}}
@@ -319,40 +469,51 @@ local function by_topic(items, field, make)
   return list
 end
 
--- Sends a request to the group coordinator, finding it again (and retrying)
--- while the answer is retriable. check(resp) returns the result, or nil,
+-- Sends a request to the group coordinator through the client's retry
+-- service: the coordinator is found again (and the request retried) while
+-- the answer is retriable. check_resp(resp) returns the result, or nil,
 -- err, code, kafka_code, retriable.
-function _M:_group_request(api, body, check)
-  local last_err, last_code, last_kcode
-  for attempt = 0, self.client.max_retries do
-    if attempt > 0 then self.client.sleep(self.retry_backoff_ms) end
-    local c, err, code = self.client:coordinator(self.group_id, 0)
-    local kcode, retriable
-    if c then
-      local resp
-      resp, err, code = c:request(api, body)
-      if resp then
-        local result
-        result, err, code, kcode, retriable = check(resp)
-        if result then return result end
-        if not retriable then return nil, err, code, kcode end
-      end
-    end
-    last_err, last_code, last_kcode = err, code, kcode
-  end
-  return nil, last_err, last_code, last_kcode
+function _M:_group_request(api, body, check_resp)
+  local client = self.client
+  return client:call(function(deadline)
+    local c, err, code, kcode, retriable = client:find_coordinator(self.group_id, 0, deadline)
+    if not c then return nil, err, code, kcode, retriable end
+    local resp
+    resp, err, code = c:request(api, body, { deadline = deadline })
+    if not resp then return nil, err, code end
+    return check_resp(resp)
+  end)
 end
 
--- NOT_COORDINATOR (16) and the retriable codes send us to the coordinator again.
+-- NOT_COORDINATOR and the retriable codes send us to the coordinator again.
 local function kafka_error(what, code)
   local e = errors.info(code)
-  return nil, what .. ": " .. e.name, "kafka", e.code, e.retriable or e.code == 16
+  return nil, what .. ": " .. e.name, "kafka", e.code, e.retriable or e.code == errors.NOT_COORDINATOR
+end
+
+local function check_list(where, list, with_offset)
+  if list == nil then return end
+  if type(list) ~= "table" or (#list == 0 and next(list) ~= nil) then
+    check.fail(where, "the partitions", "an array of {topic=, partition=" .. (with_offset and ", offset=}" or "}"), list)
+  end
+  for i, o in ipairs(list) do
+    local name = ("%s[%d]"):format(where, i)
+    if type(o) ~= "table" then check.fail(where, name, "a table", o) end
+    if type(o.topic) ~= "string" then check.fail(where, name .. ".topic", "a string", o.topic) end
+    check.partition(where, name .. ".partition", o.partition)
+    if with_offset then
+      check.int(where, name .. ".offset", o.offset, nil, -1)
+      if o.offset == nil then check.fail(where, name .. ".offset", "an integer >= -1", nil) end
+      check.typed(where, name .. ".metadata", o.metadata, nil, "string")
+    end
+  end
 end
 
 -- commit([offsets]) -> true | nil, err, code. offsets: {{topic=, partition=,
 -- offset=, metadata=}}; default: the position of every assigned partition.
 function _M:commit(offsets)
   if not self.group_id then error("commit: the consumer has no group_id", 2) end
+  check_list("commit", offsets, true)
   if not offsets then
     offsets = {}
     for i, st in ipairs(self.parts) do offsets[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
@@ -361,11 +522,11 @@ function _M:commit(offsets)
     return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
              commit_timestamp = -1, committed_metadata = o.metadata or "" }
   end)
-  return self:_group_request(8, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
+  return self:_group_request(API.OffsetCommit, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
     retention_time_ms = -1, topics = list }, function(resp)
     for _, tr in ipairs(resp.topics or {}) do
       for _, pr in ipairs(tr.partitions or {}) do
-        if pr.error_code ~= 0 then
+        if pr.error_code ~= errors.NONE then
           return kafka_error(("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
         end
       end
@@ -378,14 +539,15 @@ end
 -- -1 when none is committed) | nil, err, code
 function _M:committed(partitions)
   if not self.group_id then error("committed: the consumer has no group_id", 2) end
+  check_list("committed", partitions, false)
   partitions = partitions or self:assignment()
   local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
-  return self:_group_request(9, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
-    if resp.error_code and resp.error_code ~= 0 then return kafka_error("committed", resp.error_code) end
+  return self:_group_request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
+    if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error("committed", resp.error_code) end
     local found = {}
     for _, tr in ipairs(resp.topics or {}) do
       for _, pr in ipairs(tr.partitions or {}) do
-        if pr.error_code ~= 0 then
+        if pr.error_code ~= errors.NONE then
           local _, err, code, kcode = kafka_error(("committed %s/%d"):format(tr.name, pr.partition_index),
             pr.error_code)
           return nil, err, code, kcode, false
@@ -393,18 +555,21 @@ function _M:committed(partitions)
         found[pkey(tr.name, pr.partition_index)] = pr
       end
     end
-    local result = {}
+    local result_list = {}
     for i, p in ipairs(partitions) do
       local pr = found[pkey(p.topic, p.partition)]
-      result[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
-                    metadata = pr and pr.metadata }
+      result_list[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
+                         metadata = pr and pr.metadata }
     end
-    return result
+    return result_list
   end)
 end
 
 function _M:close()
-  self.parts, self.index = {}, {}
+  self:_abandon_fetches()
+  for _, conn in pairs(self.pool) do conn:close("consumer closed") end
+  self.pool = {}
+  self.parts, self.index, self.pending = {}, {}, nil
   if self.own_client then self.client:close() end
 end
 

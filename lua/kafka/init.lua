@@ -5,6 +5,7 @@ local require, rawset, setmetatable = require, rawset, setmetatable
 local modules = {
   proto = "kafka.proto",
   errors = "kafka.errors",
+  check = "kafka.check",
   client = "kafka.client",
   producer = "kafka.producer",
   consumer = "kafka.consumer",

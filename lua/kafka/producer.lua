@@ -27,43 +27,54 @@
 -- within a partition: one batch per partition is in flight at a time.
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
+local check = require "kafka.check"
 
 local errors = proto.errors
-local math, table = math, table
-local setmetatable, tostring, type, ipairs, pairs, error = setmetatable, tostring, type, ipairs, pairs, error
+local PRODUCE = proto.api.Produce
+local math, table, debug = math, table, debug
+local setmetatable, tostring, type, ipairs, pairs, error, xpcall = setmetatable, tostring, type, ipairs, pairs,
+  error, xpcall
 
 local _M = {}
 local mt = { __index = _M }
 
+local WHERE = "kafka.producer.new"
+local CODECS = { "none", "gzip", "snappy", "lz4", "zstd", 0, 1, 2, 3, 4 }
+
 function _M.new(client_or_opts, opts)
-  opts = opts or {}
-  local client, own = client_mod.ensure(client_or_opts)
-  local codec = opts.compression or "none"
-  if not proto.compression[codec] then error("kafka.producer.new: unknown compression " .. tostring(codec), 2) end
+  local client, own = client_mod.ensure(client_or_opts, WHERE)
+  opts = check.opts(WHERE, opts)
+  local int = check.int
+  local codec = check.oneof(WHERE, "compression", opts.compression, "none", CODECS)
   if type(codec) == "number" then codec = proto.compression[codec] end
   local partitioner = opts.partitioner or "murmur2_random"
-  if type(partitioner) ~= "function" and partitioner ~= "murmur2_random" and partitioner ~= "murmur2"
-    and partitioner ~= "random" then
-    error("kafka.producer.new: unknown partitioner " .. tostring(partitioner), 2)
+  if type(partitioner) ~= "function" then
+    check.oneof(WHERE, "partitioner", partitioner, nil, { "murmur2_random", "murmur2", "random" })
   end
+  check.typed(WHERE, "on_delivery", opts.on_delivery, nil, "function")
+  local backoff = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0)
   return setmetatable({
     client = client,
     own_client = own,
-    acks = opts.acks or -1,
+    acks = check.oneof(WHERE, "acks", opts.acks, -1, { -1, 0, 1 }),
     codec = codec,
-    linger_ms = opts.linger_ms or 100,
-    batch_size = opts.batch_size or 1048576,
-    max_retries = opts.max_retries or 5,
-    retry_backoff_ms = opts.retry_backoff_ms or 100,
+    linger_ms = int(WHERE, "linger_ms", opts.linger_ms, 100, 0),
+    batch_size = int(WHERE, "batch_size", opts.batch_size, 1048576, 1),
+    max_retries = int(WHERE, "max_retries", opts.max_retries, nil, 0),
+    retry_backoff_ms = backoff,
+    retry_backoff_max_ms = int(WHERE, "retry_backoff_max_ms", opts.retry_backoff_max_ms,
+      math.max(backoff, client.retry_backoff_max_ms), 0),
+    delivery_timeout_ms = int(WHERE, "delivery_timeout_ms", opts.delivery_timeout_ms, 120000, 1),
     partitioner = partitioner,
-    max_buffered = opts.max_buffered or 100000,
-    max_buffered_bytes = opts.max_buffered_bytes or 64 * 1048576,
-    flush_on_full = opts.flush_on_full ~= false,
-    max_message_bytes = opts.max_message_bytes or 1000000,
-    max_request_bytes = opts.max_request_bytes or 1048576,
-    timeout_ms = opts.timeout_ms or 30000,
+    max_buffered = int(WHERE, "max_buffered", opts.max_buffered, 100000, 1),
+    max_buffered_bytes = int(WHERE, "max_buffered_bytes", opts.max_buffered_bytes, 64 * 1048576, 1),
+    flush_on_full = check.bool(WHERE, "flush_on_full", opts.flush_on_full, true),
+    max_message_bytes = int(WHERE, "max_message_bytes", opts.max_message_bytes, 1000000, 1),
+    max_request_bytes = int(WHERE, "max_request_bytes", opts.max_request_bytes, 1048576, 1),
+    timeout_ms = int(WHERE, "timeout_ms", opts.timeout_ms, 30000, 0),
     on_delivery = opts.on_delivery,
-    magic = opts.magic, -- decided from the broker's Produce version on first use
+    -- decided from the broker's Produce version on first use
+    magic = check.oneof(WHERE, "magic", opts.magic, nil, { 0, 1, 2 }),
     queues = {},        -- topic -> partition -> array of batches (FIFO)
     order = {},         -- topic -> partition -> true, in first-seen order
     sticky = {},        -- topic -> partition for unkeyed messages
@@ -73,8 +84,11 @@ function _M.new(client_or_opts, opts)
     first_time = nil,
     seq = 0,
     reports = {},
-    only_errors = opts.delivery_reports == "errors",
+    only_errors = check.oneof(WHERE, "delivery_reports", opts.delivery_reports, "all", { "all", "errors" })
+      == "errors",
     delivered = 0,
+    callback_errors = 0,
+    in_flight = {},     -- Produce requests sent, answers not read yet (oldest first)
     pcount = {},        -- topic -> partition count (cached for 4096 sends)
     ptime = {},
     rng = math.random,
@@ -87,7 +101,7 @@ function _M:_magic()
   local c, err, code = self.client:any_broker()
   if not c then return nil, err, code end
   local v
-  v, err, code = c:version(0)
+  v, err, code = c:version(PRODUCE)
   if not v then return nil, err, code end
   self.magic = v >= 3 and 2 or (v == 2 and 1 or 0)
   return self.magic
@@ -95,7 +109,14 @@ end
 
 function _M:_partition(topic, key, n)
   local p = self.partitioner
-  if type(p) == "function" then return p(key, n, topic) end
+  if type(p) == "function" then
+    local got = p(key, n, topic)
+    if not check.is_int(got) or got < 0 or got >= n then
+      error(("send: the partitioner returned %s for topic %s with %d partitions (expected an integer in 0..%d)")
+        :format(check.show(got), topic, n, n - 1), 3)
+    end
+    return got
+  end
   if key ~= nil and p ~= "random" then
     return (proto.murmur2(key) % 2147483648) % n
   end
@@ -113,12 +134,10 @@ end
 
 local function header_bytes(h)
   local n = 0
-  if h then
-    if #h > 0 then
-      for _, x in ipairs(h) do n = n + #(x.key or x[1] or "") + #(x.value or x[2] or "") + 4 end
-    else
-      for k, v in pairs(h) do n = n + #k + #v + 4 end
-    end
+  if #h > 0 then
+    for _, x in ipairs(h) do n = n + #(x.key or x[1]) + #(x.value or x[2] or "") + 4 end
+  else
+    for k, v in pairs(h) do n = n + #k + #v + 4 end
   end
   return n
 end
@@ -127,13 +146,16 @@ end
 -- | nil, err, code ("too_large", "buffer_full", "unknown_topic",
 -- "unknown_partition", "retriable", ...). Raises on wrong argument types.
 function _M:send(topic, value, o)
-  if type(topic) ~= "string" then error("send: topic must be a string", 2) end
-  if value ~= nil and type(value) ~= "string" then error("send: value must be a string or nil", 2) end
+  if type(topic) ~= "string" or topic == "" then check.fail("send", "topic", "a non-empty string", topic) end
+  if value ~= nil and type(value) ~= "string" then check.fail("send", "value", "a string or nil", value) end
   local key, partition, headers, ts
-  if o then
+  if o ~= nil then
+    if type(o) ~= "table" then check.fail("send", "options", "a table", o) end
     key, partition, headers, ts = o.key, o.partition, o.headers, o.timestamp
-    if key ~= nil and type(key) ~= "string" then error("send: key must be a string or nil", 2) end
-    if headers ~= nil and type(headers) ~= "table" then error("send: headers must be a table", 2) end
+    if key ~= nil and type(key) ~= "string" then check.fail("send", "key", "a string or nil", key) end
+    if partition ~= nil then check.partition("send", "partition", partition) end
+    if headers ~= nil then check.headers("send", "headers", headers) end
+    if ts ~= nil then check.int("send", "timestamp", ts, nil) end
   end
   local size = (value and #value or 0) + (key and #key or 0) + 70
   if headers then size = size + header_bytes(headers) end
@@ -169,8 +191,8 @@ function _M:send(topic, value, o)
   end
   if partition == nil then
     partition = self:_partition(topic, key, n)
-  elseif type(partition) ~= "number" or partition < 0 or partition >= n or partition % 1 ~= 0 then
-    return nil, ("topic %s has no partition %s (it has %d)"):format(topic, tostring(partition), n), "unknown_partition"
+  elseif partition >= n then
+    return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
   end
   local tq = self.queues[topic]
   if not tq then
@@ -192,8 +214,9 @@ function _M:send(topic, value, o)
     if self.codec == "zstd" and magic < 2 then
       return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
     end
+    -- the delivery deadline counts from the batch's first message
     batch = { b = proto.batch { magic = magic, compression = self.codec }, runs = {}, count = 0, size = 0,
-              attempts = 0 }
+              attempts = 0, next_try = 0, expires = self.client.now() + self.delivery_timeout_ms }
     q[#q + 1] = batch
   end
   local ok, berr = batch.b:append(value, key, headers, ts)
@@ -218,9 +241,22 @@ function _M:send(topic, value, o)
   return seq
 end
 
+local traceback = debug.traceback
+
+-- A report: to on_delivery (its errors are caught: the report gets
+-- callback_error, flush() counts them, bookkeeping goes on) and to the list
+-- flush() returns.
 function _M:_report(r)
-  if self.on_delivery then self.on_delivery(r) end
-  self.reports[#self.reports + 1] = r
+  local cb = self.on_delivery
+  if cb then
+    local ok, cerr = xpcall(cb, traceback, r)
+    if not ok then
+      r.callback_error = tostring(cerr)
+      self.callback_errors = self.callback_errors + 1
+      if not r.err and self.only_errors then self.reports[#self.reports + 1] = r end
+    end
+  end
+  if r.err or not self.only_errors then self.reports[#self.reports + 1] = r end
 end
 
 function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
@@ -244,115 +280,156 @@ function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
   end
 end
 
--- Sends one round: the first batch of every partition, one request per
--- leader, every request before any answer is read (brokers work in
--- parallel). A batch whose leader is unknown counts an attempt. Returns
--- the requests sent, and true when something waits for a retry.
-function _M:_send_round()
-  local by_leader, reqs = {}, {}
-  local retry = false
+-- Fails the first batch of topic/partition.
+function _M:_fail(topic, partition, batch, err, code, kcode)
+  table.remove(self.queues[topic][partition], 1)
+  self:_done(topic, partition, batch, nil, err, code, kcode)
+end
+
+-- Sends one round: the first batch of every partition that is due (not in
+-- flight, not waiting for its retry backoff), one request per leader
+-- (grouped by the client), every request before any answer is read
+-- (brokers work in parallel). Batches past their delivery deadline fail
+-- here. The requests join self.in_flight; a partition has one batch in
+-- flight at a time, so retries never reorder it, and each partition goes
+-- on as soon as its own answer is in (a slow broker holds up only its own
+-- partitions).
+function _M:_send_round(deadline)
+  local now = self.client.now()
+  local items = {}
   for topic, tq in pairs(self.queues) do
     for _, partition in ipairs(self.order[topic]) do
       local q = tq[partition]
       local batch = q and q[1]
-      if batch then
-        local leader, err, code = self.client:leader(topic, partition)
-        local conn
-        if leader then conn, err, code = self.client:broker(leader) end
-        if conn then
-          -- sealed: later messages go to a new batch. The builder itself goes
-          -- into the request (encoded straight into the frame, no string);
-          -- a retry encodes the same bytes again.
-          batch.sealed = true
-          -- requests stay under max_request_bytes (at least one batch each):
-          -- smaller frames recycle memory instead of faulting in fresh pages
-          local req = by_leader[conn]
-          if not req or (req.size > 0 and req.size + batch.size > self.max_request_bytes) then
-            req = { topics = {}, list = {}, size = 0, conn = conn }
-            by_leader[conn] = req
-            reqs[#reqs + 1] = req
-          end
-          req.size = req.size + batch.size
-          local t = req.topics[topic]
-          if not t then
-            t = { name = topic, partition_data = {} }
-            req.topics[topic] = t
-            req.list[#req.list + 1] = t
-          end
-          t.partition_data[#t.partition_data + 1] = { index = partition, records = batch.b }
-        else
-          retry = self:_retry(topic, partition, batch, err, code) or retry
-        end
+      while batch and not batch.in_flight and now >= batch.expires do
+        self:_fail(topic, partition, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
+          self.delivery_timeout_ms, batch.attempts, batch.last_err and (": " .. tostring(batch.last_err)) or ""),
+          "timeout", batch.last_kcode)
+        batch = q[1]
       end
+      if batch and not batch.in_flight and now >= batch.next_try then
+        items[#items + 1] = { topic = topic, partition = partition, batch = batch }
+      end
+    end
+  end
+  if #items == 0 then return end
+  local groups, failed = self.client:group(items, deadline)
+  for _, f in ipairs(failed) do
+    local it = f.item
+    self:_retry(it.topic, it.partition, it.batch, f.err, f.code)
+  end
+  local reqs = {}
+  for _, g in ipairs(groups) do
+    local req
+    for _, it in ipairs(g.items) do
+      local batch = it.batch
+      -- sealed: later messages go to a new batch. The builder itself goes
+      -- into the request (encoded straight into the frame, no string);
+      -- a retry encodes the same bytes again.
+      batch.sealed = true
+      -- requests stay under max_request_bytes (at least one batch each):
+      -- smaller frames recycle memory instead of faulting in fresh pages
+      if not req or (req.size > 0 and req.size + batch.size > self.max_request_bytes) then
+        req = { topics = {}, list = {}, items = {}, size = 0, conn = g.conn }
+        reqs[#reqs + 1] = req
+      end
+      req.size = req.size + batch.size
+      req.items[#req.items + 1] = it
+      local t = req.topics[it.topic]
+      if not t then
+        t = { name = it.topic, partition_data = {} }
+        req.topics[it.topic] = t
+        req.list[#req.list + 1] = t
+      end
+      t.partition_data[#t.partition_data + 1] = { index = it.partition, records = batch.b }
     end
   end
   -- send every request first, then read the answers: brokers work in parallel
-  local sent = {}
+  local in_flight = self.in_flight
   for _, req in ipairs(reqs) do
     local conn = req.conn
-    local v, err, code = conn:version(0)
+    local v, err, code = conn:version(PRODUCE)
     local corr
     if v then
-      corr, err, code = conn:send(0, v, { transactional_id = nil, acks = self.acks,
+      corr, err, code = conn:send(PRODUCE, v, { transactional_id = nil, acks = self.acks,
         timeout_ms = self.timeout_ms, topic_data = req.list }, { no_response = self.acks == 0,
-        timeout_ms = self.timeout_ms })
+        timeout_ms = self.timeout_ms, deadline = deadline })
     end
-    sent[#sent + 1] = { conn = conn, req = req, corr = corr, err = err, code = code }
+    local s = { conn = conn, req = req, corr = corr }
+    for _, it in ipairs(req.items) do it.batch.in_flight = true end
+    if corr and self.acks ~= 0 then
+      in_flight[#in_flight + 1] = s
+    else
+      self:_settle(s, corr and { responses = {} } or nil, err, code)
+    end
   end
-  return sent, retry
 end
 
--- Reads the answers to a round and settles its batches. Returns true when
--- something is left to retry.
-function _M:_collect(sent)
-  local retry = false
-  for _, s in ipairs(sent) do
-    local resp, err, code = nil, s.err, s.code
-    if s.corr then
-      if self.acks == 0 then resp = { responses = {} } else resp, err, code = s.conn:receive(s.corr) end
+-- Reads the answers in flight until the deadline (now: only those already
+-- there) and settles their batches.
+function _M:_collect(deadline)
+  local in_flight = self.in_flight
+  local i = 1
+  while in_flight[i] do
+    local s = in_flight[i]
+    local resp, err, code = s.conn:receive(s.corr, deadline)
+    if not resp and code == "timeout" and s.conn:waiting(s.corr) then
+      i = i + 1
+    else
+      table.remove(in_flight, i)
+      self:_settle(s, resp, err, code)
     end
-    local results = {}
-    if resp then
-      for _, tr in ipairs(resp.responses or {}) do
-        for _, pr in ipairs(tr.partition_responses or {}) do results[tr.name .. "\0" .. pr.index] = pr end
-      end
+  end
+end
+
+-- Waits for the oldest answer in flight until `until_t`, settles it when it came.
+function _M:_wait_one(until_t)
+  local s = self.in_flight[1]
+  local resp, err, code = s.conn:receive(s.corr, until_t)
+  if not resp and code == "timeout" and s.conn:waiting(s.corr) then return end
+  table.remove(self.in_flight, 1)
+  self:_settle(s, resp, err, code)
+end
+
+function _M:_settle(s, resp, err, code)
+  local results = {}
+  if resp then
+    for _, tr in ipairs(resp.responses or {}) do
+      for _, pr in ipairs(tr.partition_responses or {}) do results[tr.name .. "\0" .. pr.index] = pr end
     end
-    for _, t in ipairs(s.req.list) do
-      for _, pd in ipairs(t.partition_data) do
-        local q = self.queues[t.name][pd.index]
-        local batch = q[1]
-        if not resp then
-          retry = self:_retry(t.name, pd.index, batch, err, code) or retry
-        elseif self.acks == 0 then
-          table.remove(q, 1)
-          self:_done(t.name, pd.index, batch, -1)
+  end
+  for _, it in ipairs(s.req.items) do
+    local topic, partition, batch = it.topic, it.partition, it.batch
+    batch.in_flight = nil
+    local q = self.queues[topic][partition]
+    if not resp then
+      self:_retry(topic, partition, batch, err, code)
+    elseif self.acks == 0 then
+      table.remove(q, 1)
+      self:_done(topic, partition, batch, -1)
+    else
+      local pr = results[topic .. "\0" .. partition]
+      if not pr then
+        self:_retry(topic, partition, batch, "no result for the partition in the Produce response", "protocol")
+      elseif pr.error_code == errors.NONE then
+        table.remove(q, 1)
+        self:_done(topic, partition, batch, pr.base_offset)
+      else
+        local e = errors.info(pr.error_code)
+        local msg = ("%s/%d: %s (%s)%s"):format(topic, partition, e.name, e.message,
+          pr.error_message and (": " .. pr.error_message) or "")
+        if e.retriable then
+          self:_retry(topic, partition, batch, msg, "retriable", e.code)
         else
-          local pr = results[t.name .. "\0" .. pd.index]
-          if not pr then
-            retry = self:_retry(t.name, pd.index, batch, "no result for the partition in the Produce response",
-              "protocol") or retry
-          elseif pr.error_code == 0 then
-            table.remove(q, 1)
-            self:_done(t.name, pd.index, batch, pr.base_offset)
+          if e.code == errors.MESSAGE_TOO_LARGE and batch.count > 1 then
+            self:_split(topic, partition)
           else
-            local e = errors.info(pr.error_code)
-            local msg = ("%s/%d: %s (%s)%s"):format(t.name, pd.index, e.name, e.message,
-              pr.error_message and (": " .. pr.error_message) or "")
-            if e.retriable then
-              retry = self:_retry(t.name, pd.index, batch, msg, "retriable", e.code) or retry
-            elseif e.code == errors.MESSAGE_TOO_LARGE and batch.count > 1 then
-              self:_split(t.name, pd.index)
-              retry = true
-            else
-              table.remove(q, 1)
-              self:_done(t.name, pd.index, batch, nil, msg, "kafka", e.code)
-            end
+            self:_fail(topic, partition, batch, msg, "kafka", e.code)
           end
         end
       end
     end
   end
-  return retry
 end
 
 -- Splits the first batch of a partition, refused as a whole with
@@ -376,68 +453,104 @@ function _M:_split(topic, partition)
     local b = proto.batch { magic = self.magic, compression = self.codec }
     assert(b:append(m.value, m.key, m.headers, m.timestamp))
     table.insert(q, 1, { b = b, runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
-      sealed = true })
+      sealed = true, next_try = 0, expires = batch.expires })
   end
 end
 
--- Fails everything still queued when the flush deadline has passed.
-function _M:_expire(deadline)
-  if self.client.now() > deadline then
-    -- not sent in time: report every remaining message as not delivered
-    for topic, tq in pairs(self.queues) do
-      for partition, q in pairs(tq) do
-        while q[1] do
-          local batch = table.remove(q, 1)
-          self:_done(topic, partition, batch, nil, "flush timed out before the message was sent", "timeout")
-        end
-      end
+-- At a flush deadline: answers still in flight are abandoned and their
+-- messages reported failed (they may have been written: at least once).
+function _M:_abandon()
+  for _, s in ipairs(self.in_flight) do
+    s.conn:abandon(s.corr)
+    for _, it in ipairs(s.req.items) do
+      it.batch.in_flight = nil
+      self:_fail(it.topic, it.partition, it.batch, "flush timed out waiting for the broker's answer "
+        .. "(the messages may have been written)", "timeout")
     end
-    return true
   end
-  return false
+  self.in_flight = {}
 end
 
-
--- What send() does when linger is over: read the answers to the round in
--- flight (normally already there), then send the next round and return
--- without waiting. A partition's next batch goes out only after the
--- previous one is settled, so retries never reorder a partition.
+-- What send() does when linger is over: settle the answers already there,
+-- send what is due, and return without waiting.
 function _M:_kick()
-  if self.in_flight then
-    self:_collect(self.in_flight)
-    self.in_flight = nil
-  end
-  self.in_flight = self:_send_round()
+  self:_collect(self.client.now())
+  self:_send_round()
   self.first_time = nil
 end
 
--- Counts an attempt; fails the batch after max_retries. Returns true while
--- the batch is to be retried.
+-- A failed attempt: the batch waits backoff(attempts) (exponential, up to
+-- retry_backoff_max_ms) before it is sent again, until its delivery
+-- deadline or max_retries. A broker in reconnect backoff ("backoff") is
+-- not an attempt: the batch waits until the broker may be tried again.
+-- Non-retriable codes fail the batch at once.
 function _M:_retry(topic, partition, batch, err, code, kcode)
   self.client:invalidate(topic)
   self.pcount[topic] = nil
-  batch.attempts = batch.attempts + 1
+  local now = self.client.now()
   batch.last_err, batch.last_code, batch.last_kcode = err, code, kcode
-  if batch.attempts > self.max_retries or code == "unknown_partition" or code == "unsupported" then
-    table.remove(self.queues[topic][partition], 1)
-    self:_done(topic, partition, batch, nil, ("%s (after %d attempts)"):format(tostring(err), batch.attempts),
-      code or "failed", kcode)
-    return false
+  if code == "backoff" then
+    local t = self.client:next_ready()
+    batch.next_try = t < math.huge and t or now + self.retry_backoff_ms
+    return
   end
-  return true
+  batch.attempts = batch.attempts + 1
+  if not client_mod.RETRIABLE[code] or (self.max_retries and batch.attempts > self.max_retries) then
+    self:_fail(topic, partition, batch, ("%s (after %d attempts)"):format(tostring(err), batch.attempts),
+      code or "failed", kcode)
+    return
+  end
+  local b = self.retry_backoff_ms * 2 ^ (batch.attempts - 1)
+  if b > self.retry_backoff_max_ms then b = self.retry_backoff_max_ms end
+  batch.next_try = now + b
+end
+
+-- The earliest time a queued batch not in flight is due (its retry or its
+-- delivery deadline).
+function _M:_next_due()
+  local t = math.huge
+  for _, tq in pairs(self.queues) do
+    for _, q in pairs(tq) do
+      local b = q[1]
+      if b and not b.in_flight then
+        local due = b.next_try < b.expires and b.next_try or b.expires
+        if due < t then t = due end
+      end
+    end
+  end
+  return t
 end
 
 function _M:_flush(timeout_ms)
-  local deadline = self.client.now() + (timeout_ms or (self.timeout_ms + 30000))
-  if self.in_flight then
-    self:_collect(self.in_flight)
-    self.in_flight = nil
-  end
+  local client = self.client
+  local deadline = timeout_ms and client.now() + timeout_ms or math.huge
   while self.nbuf > 0 do
-    local sent, retry = self:_send_round()
-    retry = self:_collect(sent) or retry
-    if self:_expire(deadline) then break end
-    if retry then self.client.sleep(self.retry_backoff_ms) end
+    self:_send_round(deadline)
+    self:_collect(client.now()) -- every answer already there
+    if self.nbuf == 0 then break end
+    local t = client.now()
+    if t >= deadline then break end
+    local wake = math.min(deadline, self:_next_due())
+    if self.in_flight[1] then
+      -- wait on the oldest answer; with several in flight, in short slices
+      -- so the partitions of a fast broker go on while a slow one answers
+      if #self.in_flight > 1 and t + 20 < wake then wake = t + 20 end
+      self:_wait_one(math.max(wake, t))
+    elseif wake > t then
+      -- everything waits for a retry backoff: sleep until the first is due
+      client.sleep(math.ceil(wake - t))
+    end
+  end
+  if self.nbuf > 0 then
+    -- the deadline passed: answers in flight are given up, the rest was not sent
+    self:_abandon()
+    for topic, tq in pairs(self.queues) do
+      for partition, q in pairs(tq) do
+        while q[1] do
+          self:_fail(topic, partition, q[1], "flush timed out before the message was sent", "timeout")
+        end
+      end
+    end
   end
   -- drop emptied queues so topics not used any more cost nothing
   for topic, tq in pairs(self.queues) do
@@ -452,20 +565,27 @@ function _M:_flush(timeout_ms)
   self.sticky = {}
 end
 
--- flush([timeout_ms]) -> reports (every message sent since the last flush,
--- in send order; with delivery_reports = "errors" only the failed ones),
--- number failed, number delivered. Blocks until each message is
--- acknowledged or has failed (after retries, or at the timeout).
+-- flush([timeout_ms]) -> reports, failed, delivered, callback_errors.
+-- reports: every message sent since the last flush, in send order (with
+-- delivery_reports = "errors" only the failed ones, and those whose
+-- on_delivery raised); failed and delivered: counts; callback_errors: how
+-- many on_delivery calls raised (each such report carries callback_error).
+-- Blocks until each message is acknowledged or has failed: its delivery
+-- deadline (delivery_timeout_ms from its batch's first message) passed,
+-- a non-retriable error, max_retries, or timeout_ms (a deadline over the
+-- whole call: what is not settled then is reported failed with code
+-- "timeout"; a message in flight then may still have been written).
 function _M:flush(timeout_ms)
+  check.int("flush", "timeout_ms", timeout_ms, nil, 0)
   self:_flush(timeout_ms)
   local reports = self.reports
   self.reports = {}
   table.sort(reports, function(a, b) return a.id < b.id end)
   local failed = 0
   for _, r in ipairs(reports) do if r.err then failed = failed + 1 end end
-  local delivered = self.delivered
-  self.delivered = 0
-  return reports, failed, delivered
+  local delivered, cb_errors = self.delivered, self.callback_errors
+  self.delivered, self.callback_errors = 0, 0
+  return reports, failed, delivered, cb_errors
 end
 
 -- send_sync(topic, value [, opts]) -> partition, offset | nil, err, code
@@ -480,7 +600,8 @@ function _M:send_sync(topic, value, o)
   for i, r in ipairs(self.reports) do
     if r.id == id then
       table.remove(self.reports, i)
-      if r.err then return nil, r.err, r.code end
+      if r.err then return nil, r.err, r.code, r.error_code end
+      self.delivered = self.delivered - 1 -- reported here, not by the next flush()
       return r.partition, r.offset
     end
   end
@@ -493,9 +614,9 @@ function _M:buffered()
 end
 
 function _M:close(timeout_ms)
-  local reports, failed = self:flush(timeout_ms)
+  local reports, failed, delivered, cb_errors = self:flush(timeout_ms)
   if self.own_client then self.client:close() end
-  return reports, failed
+  return reports, failed, delivered, cb_errors
 end
 
 return _M

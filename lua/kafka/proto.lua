@@ -2,6 +2,7 @@
 -- error table. See README.md for the API and the error contract.
 local core = require "kafka.core"
 local errors = require "kafka.errors"
+local ipairs = ipairs
 
 local _M = {
   encode_request = core.encode_request,
@@ -26,6 +27,7 @@ local _M = {
   decompress = core.decompress,
 
   errors = errors,
+  api = {}, -- api name -> key: proto.api.Produce == 0 (what the client uses instead of numbers)
 
   OFFSET_LATEST = -1,
   OFFSET_EARLIEST = -2,
@@ -40,5 +42,7 @@ local _M = {
   compression = { none = 0, gzip = 1, snappy = 2, lz4 = 3, zstd = 4,
                   [0] = "none", [1] = "gzip", [2] = "snappy", [3] = "lz4", [4] = "zstd" },
 }
+
+for _, a in ipairs(core.apis()) do _M.api[a.name] = a.key end
 
 return _M

@@ -2,6 +2,8 @@
 -- the cosocket interface (timeouts in milliseconds):
 --   sock:settimeout(ms)  sock:connect(host, port)  sock:send(data)
 --   sock:receive(n) -> data | nil, err, partial     sock:close()
+-- (a timeout returns the bytes read so far as `partial`: the connection
+-- keeps them and goes on reading later)
 -- ngx.socket.tcp objects have it natively; luasocket's are wrapped here;
 -- any other object with these methods can be injected (TLS goes here
 -- later: a wrapper whose connect also does the handshake).
@@ -15,8 +17,10 @@ local luasocket -- loaded on first use
 local ls_mt = {}
 ls_mt.__index = ls_mt
 
+-- A timeout bounds each whole call (luasocket's "t" mode), not each wait
+-- inside it: a peer trickling bytes cannot stretch a receive past it.
 function ls_mt:settimeout(ms)
-  self.sock:settimeout(ms and ms / 1000 or nil)
+  self.sock:settimeout(ms and ms / 1000 or nil, "t")
 end
 
 function ls_mt:connect(host, port)
@@ -43,7 +47,9 @@ function _M.luasocket_tcp()
   local s, err = luasocket.tcp()
   if not s then return nil, err end
   s:setoption("tcp-nodelay", true)
-  return setmetatable({ sock = s }, ls_mt)
+  -- total_timeout: settimeout bounds a whole receive, so big frames are read
+  -- in one call (other sockets are read in 1 MiB pieces, each bounded)
+  return setmetatable({ sock = s, total_timeout = true }, ls_mt)
 end
 
 -- True inside an nginx phase where cosockets work.

@@ -3,7 +3,9 @@
 -- its answers to ListOffsets as told, one mode per ListOffsets request:
 --   lua5.x|luajit badbroker.lua PORTFILE MODE[,MODE...] (the specs' interpreter)
 -- Modes: ok, close_mid_frame, garbage, wrong_corr, silent (no answer),
--- short_frame (a 2-byte frame). After the list it answers ok.
+-- short_frame (a 2-byte frame), huge_frame (declares 256 MiB with the right
+-- correlation id, then trickles bytes), huge_wrong_corr (the same with a
+-- wrong correlation id). After the list it answers ok.
 local root = arg[0]:match("^(.*)/spec/support/")
 package.path = root .. "/lua/?.lua;" .. root .. "/spec/?.lua;" .. package.path
 local socket = require "socket"
@@ -52,6 +54,19 @@ local function answer(conn, req)
     if mode == "wrong_corr" then return conn:send(frame:sub(1, 4) .. pack(">i4", corr + 1000) .. frame:sub(9)) end
     if mode == "short_frame" then return conn:send(pack(">i4", 2) .. "\0\0") end
     if mode == "silent" then return true end
+    if mode == "huge_frame" or mode == "huge_wrong_corr" then
+      -- a peer that is not Kafka: a 256 MiB frame, streamed slowly (1 KiB
+      -- every 10 ms for up to 3 s, or until the client hangs up)
+      local c = mode == "huge_frame" and corr or corr + 7
+      if not conn:send(pack(">i4i4", 256 * 1048576, c)) then return nil end
+      local chunk = ("\0"):rep(1024)
+      local stop = socket.gettime() + 3
+      while socket.gettime() < stop do
+        if not conn:send(chunk) then return nil end
+        socket.sleep(0.01)
+      end
+      return nil
+    end
   end
   return nil
 end

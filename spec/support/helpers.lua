@@ -227,4 +227,26 @@ function _M.kp(cmd, input, ...)
   return out
 end
 
+-- start_bad(modes) -> process, port: spec/support/badbroker.lua serving
+-- the given comma-separated modes (see that file).
+function _M.start_bad(modes)
+  local socket = require "socket"
+  local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
+  local portfile = os.tmpname()
+  os.remove(portfile)
+  local p = assert(io.popen(("exec lua5.4 %s/spec/support/badbroker.lua %s %s"):format(root, portfile, modes), "r"))
+  local deadline = socket.gettime() + 10
+  while socket.gettime() < deadline do
+    local f = io.open(portfile)
+    if f then
+      local port = tonumber(f:read("l"))
+      f:close()
+      os.remove(portfile)
+      if port then return p, port end
+    end
+    socket.sleep(0.01)
+  end
+  error("bad broker did not start")
+end
+
 return _M
