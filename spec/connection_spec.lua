@@ -6,27 +6,7 @@ local socket = require "socket"
 local connection = kafka.connection
 local H = require "support.helpers"
 
-local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/") or "."
-
-local function start_bad(modes)
-  local portfile = os.tmpname()
-  os.remove(portfile)
-  -- the broker runs under this interpreter: LUA_CPATH holds the module built for it
-  local p = assert(io.popen(("exec %s %s/spec/support/badbroker.lua %s %s"):format(H.lua_interpreter(), root, portfile, modes),
-    "r"))
-  local deadline = socket.gettime() + 10
-  while socket.gettime() < deadline do
-    local f = io.open(portfile)
-    if f then
-      local port = tonumber(f:read("*l"))
-      f:close()
-      os.remove(portfile)
-      if port then return p, port end
-    end
-    socket.sleep(0.01)
-  end
-  error("bad broker did not start")
-end
+local start_bad = H.start_bad
 
 local LIST = { replica_id = -1, topics = { { name = "t", partitions = { { partition_index = 0, timestamp = -1 } } } } }
 

@@ -331,8 +331,14 @@ describe("reliability", function()
       assert.are.equal(1, e.partition)
       assert.are.equal("offset_out_of_range", e.code)
       assert.are.equal(proto.errors.OFFSET_OUT_OF_RANGE, e.kafka_code)
-      -- the partition keeps saying so while it stalls
-      local none, err, code = c:poll(200)
+      -- the partition keeps saying so while it stalls (a poll that ends
+      -- before the broker's answer, on a loaded machine, has nothing yet)
+      local none, err, code
+      for _ = 1, 20 do
+        none, err, code = c:poll(200)
+        if none == nil then break end
+        assert.are.equal(0, #none)
+      end
       assert.is_nil(none)
       assert.are.equal("offset_out_of_range", code)
       assert.matches("out of range", err)

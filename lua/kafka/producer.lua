@@ -249,7 +249,8 @@ local traceback = debug.traceback
 function _M:_report(r)
   local cb = self.on_delivery
   if cb then
-    local ok, cerr = xpcall(cb, traceback, r)
+    -- a closure: Lua 5.1's xpcall passes no arguments to the function
+    local ok, cerr = xpcall(function() return cb(r) end, traceback)
     if not ok then
       r.callback_error = tostring(cerr)
       self.callback_errors = self.callback_errors + 1

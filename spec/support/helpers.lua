@@ -234,12 +234,13 @@ function _M.start_bad(modes)
   local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
   local portfile = os.tmpname()
   os.remove(portfile)
-  local p = assert(io.popen(("exec lua5.4 %s/spec/support/badbroker.lua %s %s"):format(root, portfile, modes), "r"))
+  local p = assert(io.popen(("exec %s %s/spec/support/badbroker.lua %s %s"):format(_M.lua_interpreter(), root, portfile,
+    modes), "r"))
   local deadline = socket.gettime() + 10
   while socket.gettime() < deadline do
     local f = io.open(portfile)
     if f then
-      local port = tonumber(f:read("l"))
+      local port = tonumber(f:read("*l"))
       f:close()
       os.remove(portfile)
       if port then return p, port end

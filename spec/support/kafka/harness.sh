@@ -175,8 +175,11 @@ wait_ready() {
     pending=""
     for n in "$@"; do
       grep -q 'Kafka Server started' "$d/node$n/broker.log" 2>/dev/null && continue
-      kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null \
-        || die "node $n exited during start-up (log: $d/node$n/broker.log): $(grep -m1 -E 'ERROR|Exception' "$d/node$n/broker.log" || true)"
+      if ! kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null; then
+        # a port taken between choosing it and binding it: the caller retries on others
+        grep -qE 'Unable to start acceptor|Address already in use|BindException' "$d/node$n/broker.log" && return 2
+        die "node $n exited during start-up (log: $d/node$n/broker.log): $(grep -m1 -E 'ERROR|Exception' "$d/node$n/broker.log" || true)"
+      fi
       pending="$pending $n"
     done
     [ -z "$pending" ] && return 0
@@ -194,29 +197,6 @@ start() {
   echo "$owner" > "$d/owner"
   [ -n "${KAFKA_JVM_OPTS:-}" ] && echo "$KAFKA_JVM_OPTS" > "$d/jvm_opts"
   make_certs "$d"
-  read -r -a ports <<<"$(free_ports $((nodes * 6)))"
-  for n in $(seq 1 "$nodes"); do
-    i=$(((n - 1) * 6))
-    mkdir -p "$d/node$n"
-    cat > "$d/node$n/ports" <<EOF
-PLAINTEXT=${ports[$i]}
-CONTROLLER=${ports[$((i + 1))]}
-SASL_PLAINTEXT=${ports[$((i + 2))]}
-SSL=${ports[$((i + 3))]}
-MTLS=${ports[$((i + 4))]}
-SASL_SSL=${ports[$((i + 5))]}
-EOF
-    voters="$voters${voters:+,}$n@127.0.0.1:${ports[$((i + 1))]}"
-  done
-  for n in $(seq 1 "$nodes"); do
-    write_props "$d" "$n" "$nodes" "$voters"
-    # shellcheck disable=SC2046
-    timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
-      -t lua-kafka-tests-000001 -c "$d/node$n/server.properties" \
-      --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' \
-      --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]' >"$d/node$n/format.log" 2>&1 \
-      || die "formatting node $n failed (log: $d/node$n/format.log): $(tail -3 "$d/node$n/format.log")"
-  done
   # the watchdog: kill the JVMs and drop the data once the owner is gone
   setsid nohup bash -c '
     d=$1; owner=$2
@@ -224,8 +204,41 @@ EOF
     for p in "$d"/node*/pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null; done
     sleep 0.5; rm -rf "$d"' _ "$d" "$owner" </dev/null >/dev/null 2>&1 &
   echo $! > "$d/watchdog.pid"
-  for n in $(seq 1 "$nodes"); do launch_node "$d" "$n"; done
-  wait_ready "$d" $(seq 1 "$nodes")
+  local attempt rc
+  for attempt in 1 2 3; do
+    voters=""
+    read -r -a ports <<<"$(free_ports $((nodes * 6)))"
+    for n in $(seq 1 "$nodes"); do
+      i=$(((n - 1) * 6))
+      mkdir -p "$d/node$n"
+      cat > "$d/node$n/ports" <<EOF
+PLAINTEXT=${ports[$i]}
+CONTROLLER=${ports[$((i + 1))]}
+SASL_PLAINTEXT=${ports[$((i + 2))]}
+SSL=${ports[$((i + 3))]}
+MTLS=${ports[$((i + 4))]}
+SASL_SSL=${ports[$((i + 5))]}
+EOF
+      voters="$voters${voters:+,}$n@127.0.0.1:${ports[$((i + 1))]}"
+    done
+    for n in $(seq 1 "$nodes"); do
+      write_props "$d" "$n" "$nodes" "$voters"
+      # shellcheck disable=SC2046
+      timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
+        -t lua-kafka-tests-000001 -c "$d/node$n/server.properties" \
+        --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' \
+        --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]' >"$d/node$n/format.log" 2>&1 \
+        || die "formatting node $n failed (log: $d/node$n/format.log): $(tail -3 "$d/node$n/format.log")"
+    done
+    for n in $(seq 1 "$nodes"); do launch_node "$d" "$n"; done
+    rc=0
+    wait_ready "$d" $(seq 1 "$nodes") || rc=$?
+    [ $rc -eq 0 ] && break
+    for n in $(seq 1 "$nodes"); do kill -9 "$(cat "$d/node$n/pid")" 2>/dev/null || true; done
+    sleep 0.5
+    rm -rf "$d"/node*
+    [ "$attempt" -eq 3 ] && die "no free ports after 3 attempts (a port was taken each time)"
+  done
   {
     echo "version=$v"
     echo "nodes=$nodes"
