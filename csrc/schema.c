@@ -61,6 +61,17 @@ const kf_api *kf_api_by_name(const char *name) {
   for (i = 0; i < kf_napis; i++)
     if (strcmp(kf_apis[i].name, name) == 0 || strcmp(kf_apis[i].snake, name) == 0)
       return &kf_apis[i];
+  for (i = 0; kf_api_aliases[i].name; i++)
+    if (strcmp(kf_api_aliases[i].name, name) == 0 || strcmp(kf_api_aliases[i].snake, name) == 0)
+      return kf_api_by_key(kf_api_aliases[i].key);
+  return NULL;
+}
+
+const kf_data *kf_data_by_name(const char *name) {
+  size_t i;
+  for (i = 0; i < kf_ndatas; i++)
+    if (strcmp(kf_datas[i].name, name) == 0 || strcmp(kf_datas[i].snake, name) == 0)
+      return &kf_datas[i];
   return NULL;
 }
 

@@ -55,8 +55,29 @@ typedef struct kf_api {
 extern const kf_api kf_apis[];
 extern const size_t kf_napis;
 
+/* The old name of a renamed API (ListClientMetricsResources, key 74). */
+typedef struct kf_api_alias {
+  const char *name, *snake;
+  int16_t key;
+} kf_api_alias;
+extern const kf_api_alias kf_api_aliases[]; /* ends with a NULL name */
+
+/* A structure carried inside other messages (Kafka's type "data":
+ * ConsumerProtocolSubscription, EndTxnMarker, ...). */
+typedef struct kf_data {
+  const char *name;  /* "ConsumerProtocolSubscription" */
+  const char *snake; /* "consumer_protocol_subscription" */
+  int16_t min, max;
+  int16_t flex; /* first flexible version (0x7fff: never) */
+  const kf_struct *s;
+} kf_data;
+extern const kf_data kf_datas[];
+extern const size_t kf_ndatas;
+
 const kf_api *kf_api_by_key(int key);
+/* By name or snake_case name, old names of renamed APIs included. */
 const kf_api *kf_api_by_name(const char *name);
+const kf_data *kf_data_by_name(const char *name);
 /* Request header version (0, 1 or 2) and response header version (0 or 1). */
 int kf_req_header_version(const kf_api *a, int version);
 int kf_resp_header_version(const kf_api *a, int version);
