@@ -134,6 +134,26 @@ int kf_schema_encode(const kf_struct *s, int version, int flexible, const kf_enc
 int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
                      void *u, kf_reader *r, kf_err *e);
 
+/*
+ * Data structures (kf_datas) travel inside other messages, in two forms:
+ * - version-prefixed (the consumer protocol's subscription and assignment,
+ *   a transaction marker's control record value): an int16 version, then
+ *   the struct at that version;
+ * - bare (LeaderChangeMessage, the KRaft records): the struct alone, its
+ *   version known from elsewhere.
+ * kf_data_encode writes the int16 prefix unless bare. kf_data_decode reads
+ * it when bare_version < 0 (else decodes the bare struct at bare_version)
+ * and sets *version. A prefixed version above d->max is decoded as d->max
+ * and the bytes after that prefix are ignored, as Kafka's Java client does
+ * (ConsumerProtocol.deserializeSubscription, EndTransactionMarker): new
+ * versions only append fields. A negative version is KF_EUNSUPPORTED;
+ * trailing bytes after a known version are KF_ECORRUPT.
+ */
+int kf_data_encode(const kf_data *d, int version, int bare, const kf_enc_ops *ops, void *u,
+                   kf_writer *w, kf_err *e);
+int kf_data_decode(const kf_data *d, int bare_version, const kf_dec_ops *ops, void *u,
+                   kf_reader *r, int *version, kf_err *e);
+
 /* Frames: a 4-byte size, then the header, then the body. */
 typedef struct kf_req_header {
   const kf_api *api;

@@ -199,10 +199,11 @@ PROBLEMS = []  # disagreements found so far: all are reported, then exit 1
 
 def check_overlap(prefix, parts):
     """Two folders describing one version must say the same thing (the
-    first difference of each version is recorded in PROBLEMS)."""
+    first difference is recorded in PROBLEMS, with the versions it is in)."""
     for i in range(len(parts)):
         for j in range(i + 1, len(parts)):
             a, b = parts[i], parts[j]
+            found = {}  # difference -> versions
             for v in sorted(a.versions & b.versions):
                 da, db = a.at(v), b.at(v)
                 if da == db:
@@ -212,10 +213,12 @@ def check_overlap(prefix, parts):
                     y = db[k] if k < len(db) else None
                     if x != y:
                         break
-                PROBLEMS.append(
-                    "%s v%d: %s says field %d is %s, %s says %s" % (
-                        prefix, v, a.label, k + 1, x and ", ".join(map(str, x)) or "absent",
-                        b.label, y and ", ".join(map(str, y)) or "absent"))
+                what = "%s says field %d is %s, %s says %s" % (
+                    a.label, k + 1, x and ", ".join(map(str, x)) or "absent",
+                    b.label, y and ", ".join(map(str, y)) or "absent")
+                found.setdefault(what, set()).add(v)
+            for what, vs in found.items():
+                PROBLEMS.append("%s v%s: %s" % (prefix, fmt(vs), what))
 
 
 def merged_order(prefix, parts):
