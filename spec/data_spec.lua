@@ -100,6 +100,7 @@ describe("data structures", function()
       assert.are.equal("corrupt", code, err)
     end
     -- a prefix of a newer version must still hold every known field
+    local _
     v, _, code = core.decode_data(name, unhex("0009" .. sub_v3:sub(5, -3)))
     assert.is_nil(v)
     assert.are.equal("corrupt", code)
