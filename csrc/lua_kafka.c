@@ -1427,7 +1427,7 @@ static void push_struct(lua_State *L, const kf_struct *s, int depth) {
   lua_createtable(L, s->nfields, 0);
   for (i = 0; i < s->nfields; i++) {
     const kf_field *f = &s->fields[i];
-    lua_createtable(L, 0, 12);
+    lua_createtable(L, 0, 14);
     lua_pushstring(L, f->name);
     lua_setfield(L, -2, "name");
     lua_pushstring(L, type_str[f->type]);
@@ -1448,6 +1448,23 @@ static void push_struct(lua_State *L, const kf_struct *s, int depth) {
     lua_setfield(L, -2, "tmax");
     lua_pushinteger(L, f->tag);
     lua_setfield(L, -2, "tag");
+    /* the default: what an absent value encodes as (nil when null) */
+    if (f->def_null) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, "default_null");
+    } else if (f->type == KF_T_BOOL) {
+      lua_pushboolean(L, f->def_int != 0);
+      lua_setfield(L, -2, "default");
+    } else if (f->type <= KF_T_INT64) {
+      kf_pushi64(L, f->def_int);
+      lua_setfield(L, -2, "default");
+    } else if (f->type == KF_T_FLOAT64) {
+      lua_pushnumber(L, (lua_Number)f->def_num);
+      lua_setfield(L, -2, "default");
+    } else if (f->type == KF_T_STRING) {
+      lua_pushstring(L, f->def_str ? f->def_str : "");
+      lua_setfield(L, -2, "default");
+    }
     if (f->child && depth < 32) {
       push_struct(L, f->child, depth + 1);
       lua_setfield(L, -2, "child");
