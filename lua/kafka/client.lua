@@ -261,6 +261,10 @@ function _M:refresh(topics, deadline)
     if not v then return nil, verr, vcode end
     local resp, rerr, rcode = c:request(API.Metadata, body, { version = v, deadline = deadline })
     if not resp then return nil, rerr, rcode end
+    if resp.error_code and resp.error_code ~= errors.NONE then -- v13+: a top-level error
+      local e = errors.info(resp.error_code)
+      return nil, ("Metadata from %s: %s"):format(c:name(), e.name), e.retriable and "retriable" or "kafka", e.code
+    end
     self:_apply_metadata(resp)
     return true
   end)
