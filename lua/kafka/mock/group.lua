@@ -97,12 +97,13 @@ function _M:_prepare_rebalance(now)
   end
   local wait = 0
   for _, m in pairs(self.members) do if m.rebalance_ms > wait then wait = m.rebalance_ms end end
-  if self.state == "Empty" then
-    wait = self.cluster.initial_rebalance_delay_ms
+  -- a group formed from Empty waits group.initial.rebalance.delay.ms for more members
+  self.initial = nil
+  if self.state == "Empty" and self.cluster.initial_rebalance_delay_ms > 0 then
+    self.initial = now + self.cluster.initial_rebalance_delay_ms
   end
   self.state = "PreparingRebalance"
   self.deadline = now + wait
-  self.initial = self.deadline
 end
 
 function _M:_maybe_complete_join(now)
