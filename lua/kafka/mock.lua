@@ -724,13 +724,10 @@ local function fetch_body(self, conn, b, version, f)
         if off < log.log_start or off > log.hw then
           code = E.OFFSET_OUT_OF_RANGE
         elseif off < log.hw then
-          local room = limit - total
-          if room > 0 or total == 0 then
-            local max = math.min(fp.partition_max_bytes, total == 0 and 2147483647 or room)
-            local bytes = log:read(off, max, magic_limit)
-            r.records = bytes
-            total = total + #bytes
-          end
+          -- whole batches up to both limits; the first batch of the response always (KIP-74)
+          local bytes = log:read(off, math.min(fp.partition_max_bytes, limit - total), magic_limit, total == 0)
+          r.records = bytes
+          total = total + #bytes
         end
       end
       r.error_code = code

@@ -178,7 +178,11 @@ function _M:append(list, now)
       -- magic 0 inner offsets are absolute: the set is written again, as Kafka does
       local msgs = {}
       for k, m in ipairs(e.inner) do msgs[k] = { key = m.key, value = m.value } end
-      bytes = proto.encode_records(msgs, { magic = 0, compression = proto.compression[e.compression], base_offset = base })
+      local inner = proto.encode_records(msgs, { magic = 0, base_offset = base })
+      local z = proto.compress(proto.compression[e.compression], inner)
+      local body = "\0" .. string.char(e.compression) .. "\255\255\255\255" .. be32(#z) .. z
+      body = be32(proto.crc32(body)) .. body
+      bytes = be64(base + e.count - 1) .. be32(#body) .. body
     end
     local entry = { base = base, last = base + e.count - 1, bytes = bytes, magic = e.magic, max_ts = e.max_ts,
       count = e.count, size = #bytes, control = e.control, append_time = now }
@@ -211,10 +215,10 @@ function _M:find(offset)
   return nil
 end
 
--- read(offset, max_bytes, magic_limit) -> bytes (whole batches from the one
--- holding offset; at least one batch, then up to max_bytes). magic_limit
+-- read(offset, max_bytes, magic_limit, first) -> bytes (whole batches from the one
+-- holding offset up to max_bytes; with `first`, at least one batch). magic_limit
 -- (0 or 1) down-converts newer batches for old Fetch versions.
-function _M:read(offset, max_bytes, magic_limit)
+function _M:read(offset, max_bytes, magic_limit, first)
   local i = self:find(offset)
   if not i then return "" end
   local parts, size = {}, 0
@@ -234,7 +238,7 @@ function _M:read(offset, max_bytes, magic_limit)
         bytes = #out > 0 and proto.encode_records(out, { magic = magic_limit, base_offset = e.base }) or ""
       end
     end
-    if #parts > 0 and size + #bytes > max_bytes then break end
+    if (#parts > 0 or not first) and size + #bytes > max_bytes then break end
     parts[#parts + 1] = bytes
     size = size + #bytes
     if size >= max_bytes then break end
