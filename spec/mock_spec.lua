@@ -201,8 +201,10 @@ describe("kafka.mock in-process", function()
       end
     end
     -- a batch starting before the fetch offset is returned whole (the client skips the head)
-    local fp = fetch_raw(c, "t", 0, 4)
-    assert.are.equal(3, fp.records[1].offset)
+    local fp = fetch_raw(c, "t", 0, 7) -- gzip magic 0: one wrapper for offsets 6-8
+    assert.are.equal(6, fp.records[1].offset)
+    fp = fetch_raw(c, "t", 0, 4) -- uncompressed magic 1: one message per entry
+    assert.are.equal(4, fp.records[1].offset)
   end)
 
   it("checks CRCs and framing: a corrupt batch is refused with CORRUPT_MESSAGE and nothing is stored", function()
