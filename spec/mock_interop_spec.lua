@@ -162,8 +162,6 @@ describe("kcat against kafka-mock on TCP", function()
       table.sort(all)
       assert.are.same({ 0, 1, 2, 3, 4, 5 }, all)
       -- 60 messages, 10 per partition
-      local input = {}
-      for i = 1, 60 do input[#input + 1] = "m" .. i end
       local client = kafka.client.new { brokers = m.bootstrap }
       local p = kafka.producer.new(client, {})
       for i = 1, 60 do assert(p:send("grp", "m" .. i, { partition = i % 6 })) end
