@@ -6,3 +6,4 @@ max_line_length = 140
 files["lua"] = { std = "min" }
 files["spec"] = { std = "min+busted" }
 exclude_files = { "build/**" }
+files["examples/mock_spec.lua"] = { std = "min+busted" }

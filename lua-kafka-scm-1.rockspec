@@ -37,6 +37,12 @@ build = {
     ["kafka"] = "lua/kafka/init.lua",
     ["kafka.proto"] = "lua/kafka/proto.lua",
     ["kafka.errors"] = "lua/kafka/errors.lua",
+    ["kafka.mock"] = "lua/kafka/mock.lua",
+    ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
+    ["kafka.mock.group"] = "lua/kafka/mock/group.lua",
+  },
+  install = {
+    bin = { ["kafka-mock"] = "bin/kafka-mock" },
   },
 }
 test = {

@@ -1,0 +1,845 @@
+-- kafka.mock: the broker's behaviour, asked through raw requests and through
+-- lua-kafka's client, in-process (no TCP) and on TCP for the hostile-client cases.
+local kafka = require "kafka"
+local mock = require "kafka.mock"
+local connection = require "kafka.connection"
+local socket = require "socket"
+local proto = kafka.proto
+local E = proto.errors
+
+local codecs = { "none", "gzip", "snappy", "lz4", "zstd" }
+
+-- a raw connection to one broker of the in-process cluster
+local function conn_to(cluster, id, opts)
+  local b = cluster.brokers[id]
+  local c = connection.new { host = b.host, port = b.port, socket = cluster:socket_factory(), request_timeout_ms = 5000,
+    max_versions = opts and opts.max_versions, client_id = opts and opts.client_id or "spec" }
+  assert(c:connect())
+  return c
+end
+
+local function new_client(cluster, o)
+  o = o or {}
+  o.brokers = cluster:bootstrap()
+  o.socket = cluster:socket_factory()
+  o.retry_backoff_ms = o.retry_backoff_ms or 1
+  o.reconnect_backoff_ms = o.reconnect_backoff_ms or 1
+  o.reconnect_backoff_max_ms = o.reconnect_backoff_max_ms or 4
+  o.client_id = o.client_id or "spec"
+  return kafka.client.new(o)
+end
+
+local function produce_raw(c, topic, partition, records, version, acks)
+  return assert(c:request("Produce", { acks = acks or -1, timeout_ms = 1000,
+    topic_data = { { name = topic, partition_data = { { index = partition, records = records } } } } },
+    { version = version }))
+end
+
+local function pr(resp) return resp.responses[1].partition_responses[1] end
+
+local function fetch_raw(c, topic, partition, offset, o)
+  o = o or {}
+  local resp = assert(c:request("Fetch", { replica_id = -1, max_wait_ms = o.max_wait_ms or 0, min_bytes = o.min_bytes or 1,
+    max_bytes = o.max_bytes or 52428800, isolation_level = 0, session_id = 0, session_epoch = -1,
+    topics = { { topic = topic, partitions = { { partition = partition, fetch_offset = offset, log_start_offset = -1,
+      partition_max_bytes = o.partition_max_bytes or 1048576, current_leader_epoch = -1 } } } } },
+    { version = o.version }))
+  return resp.responses[1].partitions[1]
+end
+
+-- everything consumed from every partition of topic, by partition
+local function consume_all(client, topic, want)
+  local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+  local n = assert(client:partitions(topic))
+  local a = {}
+  for p = 0, n - 1 do a[#a + 1] = { topic = topic, partition = p, offset = "earliest" } end
+  assert(c:assign(a))
+  local by_part, got = {}, 0
+  for _ = 1, 200 do
+    if got >= want then break end
+    for _, m in ipairs(assert(c:poll(10))) do
+      by_part[m.partition] = by_part[m.partition] or {}
+      table.insert(by_part[m.partition], m)
+      got = got + 1
+    end
+  end
+  return by_part, got
+end
+
+local function count_records(cluster, topic)
+  local n = 0
+  for p = 0, cluster.topics[topic].count - 1 do n = n + #cluster:records(topic, p) end
+  return n
+end
+
+describe("kafka.mock in-process", function()
+  it("ApiVersions advertises exactly what the mock implements; an unknown ApiVersions version gets error 35 and a v0 body",
+    function()
+    local cluster = mock.new { brokers = 1 }
+    local c = conn_to(cluster, 1)
+    local n = 0
+    for key, r in pairs(mock.SUPPORTED) do
+      n = n + 1
+      assert.are.same({ min = r[1], max = r[2] }, c.broker_versions[key])
+    end
+    for _ in pairs(c.broker_versions) do n = n - 1 end
+    assert.are.equal(0, n)
+    assert.are.same({ 0, 12 }, mock.SUPPORTED[1]) -- Fetch stops before topic ids
+    -- ApiVersions v9: the version bytes of a v3 request patched
+    local frame = proto.encode_request("ApiVersions", 3, { correlation_id = 77, client_id = "x" }, {})
+    frame = frame:sub(1, 6) .. "\0\9" .. frame:sub(9)
+    local s = cluster:socket_factory()()
+    s:settimeout(1000)
+    assert(s:connect(cluster.brokers[1].host, cluster.brokers[1].port))
+    assert(s:send(frame))
+    local head = assert(s:receive(4))
+    local body = assert(s:receive(proto.frame_length(head) - 4))
+    local corr, v0 = proto.decode_response("ApiVersions", 0, head .. body)
+    assert.are.equal(77, corr)
+    assert.are.equal(E.UNSUPPORTED_VERSION, v0.error_code)
+    assert.are.equal(18, #v0.api_keys)
+  end)
+
+  it("Metadata: brokers, leaders spread over replicas, auto-creation, unknown topics", function()
+    local cluster = mock.new { brokers = 3, topics = { events = 6 }, default_partitions = 2 }
+    local client = new_client(cluster)
+    local md = assert(client:metadata { "events", "fresh" })
+    assert.are.same({ [1] = { host = "mock", port = 9092 }, [2] = { host = "mock", port = 9093 },
+      [3] = { host = "mock", port = 9094 } }, md.brokers)
+    assert.are.equal("kafka-mock-cluster", md.cluster_id)
+    assert.are.equal(1, md.controller_id)
+    assert.are.equal(6, md.topics.events.count)
+    for p = 0, 5 do
+      assert.are.equal(p % 3 + 1, md.topics.events.partitions[p].leader)
+      assert.are.equal(3, #md.topics.events.partitions[p].replicas)
+    end
+    assert.are.equal(2, md.topics.fresh.count) -- auto-created with default_partitions
+    local strict = mock.new { brokers = 1, auto_create_topics = false }
+    local c = conn_to(strict, 1)
+    local resp = assert(c:request("Metadata", { topics = { { name = "nope" } }, allow_auto_topic_creation = true }))
+    assert.are.equal(E.UNKNOWN_TOPIC_OR_PARTITION, resp.topics[1].error_code)
+  end)
+
+  it("produces and consumes through kafka.client: exact offsets, partitions and keys", function()
+    local cluster = mock.new { brokers = 3, topics = { events = 6 } }
+    local client = new_client(cluster)
+    local p = kafka.producer.new(client, { linger_ms = 1e9 })
+    for i = 1, 600 do assert(p:send("events", "v" .. i, { key = "k" .. i, partition = i % 6 })) end
+    local reports, failed = p:flush()
+    assert.are.equal(600, #reports)
+    assert.are.equal(0, failed)
+    for i, r in ipairs(reports) do
+      assert.are.equal(i % 6, r.partition)
+      assert.are.equal(math.floor((i - 1) / 6), r.offset)
+    end
+    for part = 0, 5 do
+      local lo, hw = cluster:offsets("events", part)
+      assert.are.equal(0, lo)
+      assert.are.equal(100, hw)
+      local recs = cluster:records("events", part)
+      assert.are.equal(100, #recs)
+      assert.are.equal(part == 0 and "v6" or ("v" .. part), recs[1].value)
+      assert.are.equal(99, recs[100].offset)
+    end
+    local by_part, got = consume_all(client, "events", 600)
+    assert.are.equal(600, got)
+    for part = 0, 5 do
+      for j, m in ipairs(by_part[part]) do
+        assert.are.equal(j - 1, m.offset)
+        local i = (j - 1) * 6 + (part == 0 and 6 or part)
+        assert.are.equal("v" .. i, m.value)
+        assert.are.equal("k" .. i, m.key)
+        assert.are.equal(100, m.high_watermark)
+      end
+    end
+    assert.are.equal(0, client:list_offsets("events", 3, "earliest"))
+    assert.are.equal(100, client:list_offsets("events", 3, "latest"))
+  end)
+
+  it("stores batches of every codec and magic as written, offsets assigned, and serves old Fetch versions down-converted",
+    function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local c = conn_to(cluster, 1)
+    local expect = {}
+    for _, codec in ipairs(codecs) do
+      for _, version in ipairs(codec == "zstd" and { 9 } or { 1, 2, 9 }) do -- magic 0, 1, 2 (zstd: 2 only)
+        local msgs = { compression = codec }
+        for k = 1, 3 do
+          local v = ("%s-v%d-%d"):format(codec, version, k)
+          msgs[k] = { key = "k" .. k, value = v, timestamp = 1700000000000 + k,
+            headers = version >= 3 and { { key = "h", value = v } } or nil }
+          expect[#expect + 1] = v
+        end
+        local r = pr(produce_raw(c, "t", 0, msgs, version))
+        assert.are.equal(0, r.error_code)
+        assert.are.equal(#expect - 3, r.base_offset)
+      end
+    end
+    local recs = cluster:records("t", 0)
+    assert.are.equal(#expect, #recs)
+    for i, m in ipairs(recs) do
+      assert.are.equal(i - 1, m.offset)
+      assert.are.equal(expect[i], m.value)
+      if m.value:find("-v9-", 1, true) then assert.are.same({ { key = "h", value = m.value } }, m.headers) end
+    end
+    -- Fetch v11 returns the stored bytes; v0 and v2 get magic 0 and 1 message sets
+    for _, fv in ipairs { 0, 2, 11 } do
+      local fp = fetch_raw(c, "t", 0, 0, { version = fv })
+      assert.are.equal(0, fp.error_code)
+      assert.are.equal(#expect, fp.high_watermark)
+      assert.are.equal(#expect, #fp.records)
+      for i, m in ipairs(fp.records) do
+        assert.are.equal(i - 1, m.offset)
+        assert.are.equal(expect[i], m.value)
+      end
+      local want_magic = fv == 0 and 0 or (fv == 2 and 1 or nil)
+      if want_magic then -- newer batches are down-converted, older ones stay as they are
+        local seen = {}
+        for _, b in ipairs(fp.records.batches) do seen[b.magic] = true end
+        assert.is_nil(seen[2])
+        if want_magic == 0 then assert.is_nil(seen[1]) end
+      end
+    end
+    -- a batch starting before the fetch offset is returned whole (the client skips the head)
+    local fp = fetch_raw(c, "t", 0, 7) -- gzip magic 0: one wrapper for offsets 6-8
+    assert.are.equal(6, fp.records[1].offset)
+    fp = fetch_raw(c, "t", 0, 4) -- uncompressed magic 1: one message per entry
+    assert.are.equal(4, fp.records[1].offset)
+  end)
+
+  it("checks CRCs and framing: a corrupt batch is refused with CORRUPT_MESSAGE and nothing is stored", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local c = conn_to(cluster, 1)
+    local bytes = proto.encode_records({ "a", "b" }, { magic = 2 })
+    local bad = bytes:sub(1, -2) .. string.char((bytes:byte(-1) + 1) % 256)
+    assert.are.equal(E.CORRUPT_MESSAGE, pr(produce_raw(c, "t", 0, bad, 9)).error_code)
+    assert.are.equal(E.CORRUPT_MESSAGE, pr(produce_raw(c, "t", 0, bytes:sub(1, 30), 9)).error_code)
+    local legacy = proto.encode_records({ "a" }, { magic = 1 })
+    assert.are.equal(E.INVALID_RECORD, pr(produce_raw(c, "t", 0, legacy, 9)).error_code) -- v3+ takes magic 2 only
+    assert.are.equal(E.INVALID_RECORD, pr(produce_raw(c, "t", 0, bytes .. bytes, 9)).error_code) -- one batch per partition
+    local badlegacy = legacy:sub(1, -2) .. string.char((legacy:byte(-1) + 1) % 256)
+    assert.are.equal(E.CORRUPT_MESSAGE, pr(produce_raw(c, "t", 0, badlegacy, 2)).error_code)
+    assert.are.equal(0, #cluster:records("t", 0))
+    assert.are.equal(0, pr(produce_raw(c, "t", 0, bytes, 9)).error_code)
+    assert.are.equal(2, #cluster:records("t", 0))
+  end)
+
+  it("acks 0, 1 and -1; invalid acks; NOT_ENOUGH_REPLICAS when the ISR is below min.insync.replicas", function()
+    local cluster = mock.new { brokers = 3, topics = { t = 1 }, min_insync_replicas = 2 }
+    local c = conn_to(cluster, 1)
+    assert.are.same({}, c:request("Produce", { acks = 0, timeout_ms = 1000, topic_data = { { name = "t",
+      partition_data = { { index = 0, records = { "zero" } } } } } }, { no_response = true }))
+    assert.are.equal(1, pr(produce_raw(c, "t", 0, { "one" }, 9, 1)).base_offset)
+    assert.are.equal(2, pr(produce_raw(c, "t", 0, { "all" }, 9, -1)).base_offset)
+    assert.are.equal(E.INVALID_REQUIRED_ACKS, pr(produce_raw(c, "t", 0, { "two" }, 9, 2)).error_code)
+    assert.are.equal(3, #cluster:records("t", 0))
+    assert.are.equal("zero", cluster:records("t", 0)[1].value)
+    cluster:down(3)
+    cluster:down(2)
+    assert.are.equal(E.NOT_ENOUGH_REPLICAS, pr(produce_raw(c, "t", 0, { "x" }, 9, -1)).error_code)
+    assert.are.equal(3, pr(produce_raw(c, "t", 0, { "acks1 still works" }, 9, 1)).base_offset)
+  end)
+
+  it("the idempotent producer: InitProducerId, DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER, epochs", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local c = conn_to(cluster, 1)
+    local init = assert(c:request("InitProducerId", { transaction_timeout_ms = 60000, producer_id = -1, producer_epoch = -1 }))
+    assert.are.equal(0, init.error_code)
+    assert.are.equal(1000, init.producer_id)
+    assert.are.equal(0, init.producer_epoch)
+    local function batch(seq, n, epoch)
+      local t = { producer_id = 1000, producer_epoch = epoch or 0, base_sequence = seq }
+      for k = 1, n do t[k] = "s" .. (seq + k - 1) end
+      return t
+    end
+    assert.are.equal(0, pr(produce_raw(c, "t", 0, batch(0, 3))).base_offset)
+    local dup = pr(produce_raw(c, "t", 0, batch(0, 3)))       -- a retried batch
+    assert.are.equal(E.DUPLICATE_SEQUENCE_NUMBER, dup.error_code)
+    assert.are.equal(0, dup.base_offset)                       -- where it was written
+    assert.are.equal(E.OUT_OF_ORDER_SEQUENCE_NUMBER, pr(produce_raw(c, "t", 0, batch(5, 1))).error_code) -- a gap
+    assert.are.equal(3, pr(produce_raw(c, "t", 0, batch(3, 2))).base_offset)
+    -- KIP-360: the producer bumps its epoch; the old epoch is fenced, the new one starts at 0
+    local bump = assert(c:request("InitProducerId", { transaction_timeout_ms = 60000, producer_id = 1000, producer_epoch = 0 }))
+    assert.are.equal(1000, bump.producer_id)
+    assert.are.equal(1, bump.producer_epoch)
+    assert.are.equal(5, pr(produce_raw(c, "t", 0, batch(0, 1, 1))).base_offset)
+    assert.are.equal(E.INVALID_PRODUCER_EPOCH, pr(produce_raw(c, "t", 0, batch(5, 1, 0))).error_code)
+    assert.are.equal(E.OUT_OF_ORDER_SEQUENCE_NUMBER, pr(produce_raw(c, "t", 0, batch(7, 1, 2))).error_code)
+    assert.are.equal(6, #cluster:records("t", 0))
+    local other = assert(c:request("InitProducerId", { transaction_timeout_ms = 60000, producer_id = -1, producer_epoch = -1 }))
+    assert.are.equal(1001, other.producer_id)
+  end)
+
+  it("Fetch: high watermark, log start, OFFSET_OUT_OF_RANGE, partition and response byte limits", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 2 } }
+    local c = conn_to(cluster, 1)
+    local sizes = {}
+    for i = 1, 5 do
+      local msgs = {}
+      for k = 1, 10 do msgs[k] = ("m%d-%d"):format(i, k) end
+      produce_raw(c, "t", 0, msgs)
+      sizes[i] = #proto.encode_records(msgs, { magic = 2 })
+    end
+    local fp = fetch_raw(c, "t", 0, 0)
+    assert.are.equal(50, fp.high_watermark)
+    assert.are.equal(50, fp.last_stable_offset)
+    assert.are.equal(0, fp.log_start_offset)
+    assert.are.equal(50, #fp.records)
+    fp = fetch_raw(c, "t", 0, 50)
+    assert.are.equal(0, fp.error_code)
+    assert.are.equal(0, #fp.records)
+    assert.are.equal(E.OFFSET_OUT_OF_RANGE, fetch_raw(c, "t", 0, 51).error_code)
+    -- partition_max_bytes: whole batches up to the limit, at least one
+    assert.are.equal(10, #fetch_raw(c, "t", 0, 0, { partition_max_bytes = 1 }).records)
+    assert.are.equal(20, #fetch_raw(c, "t", 0, 0, { partition_max_bytes = sizes[1] + sizes[2] }).records)
+    assert.are.equal(20, #fetch_raw(c, "t", 0, 0, { max_bytes = sizes[1] + sizes[2] + 5 }).records)
+    -- the log start moves: below it is out of range, batches wholly below are gone
+    assert.are.equal(25, cluster:delete_records("t", 0, 25))
+    assert.are.equal(E.OFFSET_OUT_OF_RANGE, fetch_raw(c, "t", 0, 10).error_code)
+    fp = fetch_raw(c, "t", 0, 25)
+    assert.are.equal(25, fp.log_start_offset)
+    assert.are.equal(20, fp.records[1].offset) -- the batch holding 25 starts at 20
+    assert.are.equal(25, #cluster:records("t", 0))
+    local client = new_client(cluster)
+    assert.are.equal(25, client:list_offsets("t", 0, "earliest"))
+    -- unknown partitions and the wrong leader
+    assert.are.equal(E.UNKNOWN_TOPIC_OR_PARTITION, fetch_raw(c, "t", 7, 0).error_code)
+    assert.are.equal(E.UNKNOWN_TOPIC_OR_PARTITION, fetch_raw(c, "nope", 0, 0).error_code)
+  end)
+
+  it("ListOffsets by timestamp: the first offset at or after it, -1 past the end", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local c = conn_to(cluster, 1)
+    produce_raw(c, "t", 0, { { value = "a", timestamp = 1000 }, { value = "b", timestamp = 2000 } })
+    produce_raw(c, "t", 0, { { value = "c", timestamp = 3000 }, { value = "d", timestamp = 2500 } })
+    local client = new_client(cluster)
+    assert.are.equal(0, client:list_offsets("t", 0, 500))
+    assert.are.equal(1, client:list_offsets("t", 0, 1500))
+    assert.are.equal(1, client:list_offsets("t", 0, 2000))
+    assert.are.equal(2, client:list_offsets("t", 0, 2100))
+    assert.are.equal(-1, client:list_offsets("t", 0, 3001))
+    assert.are.equal(4, client:list_offsets("t", 0, "latest"))
+    local resp = assert(c:request("ListOffsets", { replica_id = -1, topics = { { name = "t", partitions = {
+      { partition_index = 0, timestamp = -3, current_leader_epoch = -1 } } } } }, { version = 7 }))
+    assert.are.equal(2, resp.topics[1].partitions[1].offset) -- max timestamp (KIP-734)
+    assert.are.equal(3000, resp.topics[1].partitions[1].timestamp)
+  end)
+
+  it("CreateTopics and DeleteTopics", function()
+    local cluster = mock.new { brokers = 3 }
+    local c = conn_to(cluster, 2)
+    local resp = assert(c:request("CreateTopics", { timeout_ms = 1000, topics = {
+      { name = "made", num_partitions = 4, replication_factor = 2 },
+      { name = "bad/name", num_partitions = 1, replication_factor = 1 },
+      { name = "wide", num_partitions = 1, replication_factor = 5 },
+      { name = "zero", num_partitions = 0, replication_factor = 1 },
+      { name = "placed", num_partitions = -1, replication_factor = -1,
+        assignments = { { partition_index = 1, broker_ids = { 3 } }, { partition_index = 0, broker_ids = { 2, 1 } } } },
+    } }, { version = 7 }))
+    local codes = {}
+    for i, t in ipairs(resp.topics) do codes[i] = t.error_code end
+    assert.are.same({ 0, E.INVALID_TOPIC_EXCEPTION, E.INVALID_REPLICATION_FACTOR, E.INVALID_PARTITIONS, 0 }, codes)
+    assert.are.equal(4, resp.topics[1].num_partitions)
+    assert.are.equal(2, resp.topics[1].replication_factor)
+    assert.are.equal(2, cluster:leader("placed", 0))
+    assert.are.equal(3, cluster:leader("placed", 1))
+    resp = assert(c:request("CreateTopics", { timeout_ms = 1000, topics = { { name = "made", num_partitions = 1,
+      replication_factor = 1 } } }))
+    assert.are.equal(E.TOPIC_ALREADY_EXISTS, resp.topics[1].error_code)
+    resp = assert(c:request("DeleteTopics", { timeout_ms = 1000, topic_names = { "made", "never" } }, { version = 5 }))
+    assert.are.equal(0, resp.responses[1].error_code)
+    assert.are.equal(E.UNKNOWN_TOPIC_OR_PARTITION, resp.responses[2].error_code)
+    assert.is_nil(cluster.topics.made)
+    assert.has_error(function() cluster:records("made", 0) end, "kafka.mock: records: unknown topic made")
+  end)
+
+  describe("the classic group coordinator", function()
+    local t, cluster, c1, c2
+    local function join(c, member_id, version, reason_meta)
+      return c:request("JoinGroup", { group_id = "g", session_timeout_ms = 10000, rebalance_timeout_ms = 20000,
+        member_id = member_id, protocol_type = "consumer",
+        protocols = { { name = "range", metadata = reason_meta or "m" } } }, { version = version or 5 })
+    end
+    local function hb(c, gen, id)
+      return assert(c:request("Heartbeat", { group_id = "g", generation_id = gen, member_id = id })).error_code
+    end
+    before_each(function()
+      t = 0
+      cluster = mock.new { brokers = 3, topics = { events = 4 }, now = function() return t end,
+        sleep = function(ms) t = t + ms end }
+      local coord = cluster:coordinator("g")
+      c1 = conn_to(cluster, coord, { client_id = "one" })
+      c2 = conn_to(cluster, coord, { client_id = "two" })
+    end)
+
+    it("FindCoordinator names the broker; the others answer NOT_COORDINATOR", function()
+      local coord = cluster:coordinator("g")
+      local r = assert(c1:request("FindCoordinator", { key = "g", key_type = 0 }, { version = 3 }))
+      assert.are.equal(coord, r.node_id)
+      assert.are.equal(9091 + coord, r.port)
+      r = assert(c1:request("FindCoordinator", { key_type = 0, coordinator_keys = { "g", "other" } }, { version = 4 }))
+      assert.are.equal(coord, r.coordinators[1].node_id)
+      assert.are.equal(cluster:coordinator("other"), r.coordinators[2].node_id)
+      local wrong = conn_to(cluster, coord % 3 + 1)
+      assert.are.equal(E.NOT_COORDINATOR, assert(join(wrong, "")).error_code)
+    end)
+
+    it("MEMBER_ID_REQUIRED, a leader, a second member's rebalance, SyncGroup, errors, leave and session timeout", function()
+      local r = assert(join(c1, ""))
+      assert.are.equal(E.MEMBER_ID_REQUIRED, r.error_code)
+      local a = r.member_id
+      assert.matches("^one%-", a)
+      r = assert(join(c1, a))
+      assert.are.equal(0, r.error_code)
+      assert.are.equal(1, r.generation_id)
+      assert.are.equal(a, r.leader)
+      assert.are.equal("range", r.protocol_name)
+      assert.are.equal(1, #r.members)
+      assert.are.equal(E.UNKNOWN_MEMBER_ID, assert(join(c1, "made-up")).error_code)
+      r = assert(c1:request("SyncGroup", { group_id = "g", generation_id = 1, member_id = a,
+        assignments = { { member_id = a, assignment = "all" } } }))
+      assert.are.equal("all", r.assignment)
+      assert.are.equal("Stable", cluster:group("g").state)
+      assert.are.equal(0, hb(c1, 1, a))
+      -- pre-KIP-394 (v3): joins without a second round trip; the group rebalances
+      local corr = assert(c2:send("JoinGroup", 3, { group_id = "g", session_timeout_ms = 10000,
+        rebalance_timeout_ms = 20000, member_id = "", protocol_type = "consumer",
+        protocols = { { name = "range", metadata = "b" } } }))
+      assert.are.equal("PreparingRebalance", cluster:group("g").state)
+      assert.are.equal(E.REBALANCE_IN_PROGRESS, hb(c1, 1, a))
+      r = assert(join(c1, a)) -- the last member to rejoin completes the phase
+      assert.are.equal(2, r.generation_id)
+      assert.are.equal(a, r.leader)
+      assert.are.equal(2, #r.members)
+      local b = r.members[2].member_id
+      assert.are.equal("b", r.members[2].metadata)
+      local rb = assert(c2:receive(corr))
+      assert.are.equal(0, rb.error_code)
+      assert.are.equal(b, rb.member_id)
+      assert.are.equal(2, rb.generation_id)
+      assert.are.equal(0, #rb.members) -- followers get no member list
+      -- the follower's SyncGroup waits for the leader's
+      local scorr = assert(c2:send("SyncGroup", 3, { group_id = "g", generation_id = 2, member_id = b, assignments = {} }))
+      assert.are.equal("CompletingRebalance", cluster:group("g").state)
+      assert.are.equal(E.REBALANCE_IN_PROGRESS, assert(c1:request("OffsetCommit", { group_id = "g",
+        generation_id_or_member_epoch = 2, member_id = a, topics = {} })).error_code or E.REBALANCE_IN_PROGRESS)
+      r = assert(c1:request("SyncGroup", { group_id = "g", generation_id = 2, member_id = a,
+        assignments = { { member_id = a, assignment = "p0p1" }, { member_id = b, assignment = "p2p3" } } }))
+      assert.are.equal("p0p1", r.assignment)
+      assert.are.equal("p2p3", assert(c2:receive(scorr)).assignment)
+      assert.are.equal("Stable", cluster:group("g").state)
+      -- generations and members are checked
+      assert.are.equal(E.ILLEGAL_GENERATION, hb(c1, 1, a))
+      assert.are.equal(E.UNKNOWN_MEMBER_ID, hb(c1, 2, "nobody"))
+      local commit = assert(c1:request("OffsetCommit", { group_id = "g", generation_id_or_member_epoch = 1, member_id = a,
+        topics = { { name = "events", partitions = { { partition_index = 0, committed_offset = 5 } } } } }))
+      assert.are.equal(E.ILLEGAL_GENERATION, commit.topics[1].partitions[1].error_code)
+      commit = assert(c1:request("OffsetCommit", { group_id = "g", generation_id_or_member_epoch = 2, member_id = a,
+        topics = { { name = "events", partitions = { { partition_index = 0, committed_offset = 5, committed_metadata = "m" } } } } }))
+      assert.are.equal(0, commit.topics[1].partitions[1].error_code)
+      assert.are.same({ events = { [0] = 5 } }, cluster:committed("g"))
+      assert.are.same({ events = { [0] = { offset = 5, metadata = "m", leader_epoch = -1 } } }, cluster:committed("g", true))
+      -- b leaves: a rebalance, a rejoins alone in generation 3
+      r = assert(c2:request("LeaveGroup", { group_id = "g", members = { { member_id = b } } }))
+      assert.are.equal(0, r.members[1].error_code)
+      assert.are.equal(E.REBALANCE_IN_PROGRESS, hb(c1, 2, a))
+      r = assert(join(c1, a))
+      assert.are.equal(3, r.generation_id)
+      assert.are.equal(1, #r.members)
+      assert(c1:request("SyncGroup", { group_id = "g", generation_id = 3, member_id = a,
+        assignments = { { member_id = a, assignment = "all" } } }))
+      -- silence past the session timeout: a is removed, the group is Empty
+      t = t + 9999
+      cluster:tick()
+      assert.are.equal("Stable", cluster:group("g").state)
+      t = t + 1
+      cluster:tick()
+      local g = cluster:group("g")
+      assert.are.equal("Empty", g.state)
+      assert.are.equal(4, g.generation)
+      assert.are.equal(0, #g.members)
+      assert.are.equal(E.UNKNOWN_MEMBER_ID, hb(c1, 3, a))
+      -- an Empty group takes simple commits (generation -1), and offsets survive
+      commit = assert(c1:request("OffsetCommit", { group_id = "g", generation_id_or_member_epoch = -1, member_id = "",
+        topics = { { name = "events", partitions = { { partition_index = 1, committed_offset = 9 } } } } }))
+      assert.are.equal(0, commit.topics[1].partitions[1].error_code)
+      assert.are.same({ events = { [0] = 5, [1] = 9 } }, cluster:committed("g"))
+      local of = assert(c1:request("OffsetFetch", { group_id = "g", require_stable = false }, { version = 7 }))
+      assert.are.equal(2, #of.topics[1].partitions)
+    end)
+
+    it("a member that does not rejoin within the rebalance timeout is removed", function()
+      local a = assert(join(c1, "")).member_id
+      assert.are.equal(1, assert(join(c1, a)).generation_id)
+      assert(c1:request("SyncGroup", { group_id = "g", generation_id = 1, member_id = a, assignments = {} }))
+      local b = assert(join(c2, "")).member_id
+      local corr = assert(c2:send("JoinGroup", 5, { group_id = "g", session_timeout_ms = 10000, rebalance_timeout_ms = 20000,
+        member_id = b, protocol_type = "consumer", protocols = { { name = "range", metadata = "" } } }))
+      -- a heartbeats but never rejoins; b's JoinGroup waits until the rebalance timeout (20 s, a's)
+      for _ = 1, 3 do
+        t = t + 5000
+        assert.are.equal(E.REBALANCE_IN_PROGRESS, hb(c1, 1, a))
+      end
+      local r = assert(c2:receive(corr)) -- the in-process socket advances the clock to the deadline
+      assert.are.equal(20000, t)
+      assert.are.equal(0, r.error_code)
+      assert.are.equal(2, r.generation_id)
+      assert.are.equal(b, r.leader)
+      assert.are.equal(1, #r.members)
+      assert.are.equal(E.UNKNOWN_MEMBER_ID, hb(c1, 2, a))
+    end)
+
+    it("rejects inconsistent protocols and bad session timeouts", function()
+      local a = assert(join(c1, "")).member_id
+      assert(join(c1, a))
+      local r = assert(c2:request("JoinGroup", { group_id = "g", session_timeout_ms = 10000, rebalance_timeout_ms = 1000,
+        member_id = "", protocol_type = "consumer", protocols = { { name = "roundrobin", metadata = "" } } }, { version = 3 }))
+      assert.are.equal(E.INCONSISTENT_GROUP_PROTOCOL, r.error_code)
+      r = assert(c2:request("JoinGroup", { group_id = "g", session_timeout_ms = 10, rebalance_timeout_ms = 1000,
+        member_id = "", protocol_type = "consumer", protocols = { { name = "range", metadata = "" } } }))
+      assert.are.equal(E.INVALID_SESSION_TIMEOUT, r.error_code)
+      r = assert(c2:request("JoinGroup", { group_id = "", session_timeout_ms = 10000, rebalance_timeout_ms = 1000,
+        member_id = "", protocol_type = "consumer", protocols = { { name = "range", metadata = "" } } }))
+      assert.are.equal(E.INVALID_GROUP_ID, r.error_code)
+    end)
+  end)
+
+  describe("lua-kafka's client through faults", function()
+    it("retries produce through NOT_LEADER_OR_FOLLOWER and REQUEST_TIMED_OUT: every message stored once", function()
+      local cluster = mock.new { brokers = 3, topics = { faults = 6 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { max_retries = 10, retry_backoff_ms = 1 })
+      cluster:fail("Produce", E.NOT_LEADER_OR_FOLLOWER, 3)
+      cluster:fail("Produce", E.REQUEST_TIMED_OUT, 2)
+      local N = 6000
+      for i = 1, N do assert(p:send("faults", "#" .. i, { key = tostring(i) })) end
+      local reports, failed = p:flush()
+      assert.are.equal(N, #reports)
+      assert.are.equal(0, failed)
+      assert.are.equal(N, count_records(cluster, "faults"))
+      assert.are.same({}, cluster.faults)
+      -- and fetch through the same errors, one partition named
+      cluster:fail("Fetch", E.NOT_LEADER_OR_FOLLOWER, 3)
+      cluster:fail("Fetch", E.REQUEST_TIMED_OUT, 2, "faults", 4)
+      local by_part, got = consume_all(client, "faults", N)
+      assert.are.equal(N, got)
+      for part = 0, 5 do
+        local _, hw = cluster:offsets("faults", part)
+        assert.are.equal(hw, #by_part[part])
+      end
+      assert.are.same({}, cluster.faults)
+    end)
+
+    it("a leader moved, a broker down (leaders fail over) and up again: every message acknowledged and stored once",
+      function()
+      local cluster = mock.new { brokers = 3, topics = { moving = 6 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { max_retries = 8 })
+      local next_id = 0
+      local function produce(n)
+        for _ = 1, n do
+          next_id = next_id + 1
+          assert(p:send("moving", "#" .. next_id, { partition = next_id % 6 }))
+        end
+        local reports, failed = p:flush()
+        assert.are.equal(n, #reports)
+        assert.are.equal(0, failed)
+      end
+      produce(600)
+      for part = 0, 5 do cluster:move_leader("moving", part, (part + 1) % 3 + 1) end
+      produce(600)
+      cluster:down(1)
+      for part = 0, 5 do assert.are_not.equal(1, cluster:leader("moving", part)) end
+      produce(600)
+      cluster:up(1)
+      for part = 0, 5 do cluster:move_leader("moving", part, 1) end
+      produce(600)
+      assert.are.equal(2400, count_records(cluster, "moving"))
+      for part = 0, 5 do
+        local recs = cluster:records("moving", part)
+        assert.are.equal(400, #recs)
+        for j, m in ipairs(recs) do assert.are.equal("#" .. ((j - 1) * 6 + (part == 0 and 6 or part)), m.value) end
+      end
+      local _, got = consume_all(client, "moving", 2400)
+      assert.are.equal(2400, got)
+    end)
+
+    it("a broker down with its leaders (keep_leaders): its partition's messages fail, the others are delivered", function()
+      local cluster = mock.new { brokers = 3, topics = { stuck = 3 } }
+      local client = new_client(cluster)
+      assert(client:refresh { "stuck" })
+      cluster:down(3, true)
+      local p = kafka.producer.new(client, { max_retries = 2 })
+      for i = 1, 300 do assert(p:send("stuck", "v" .. i, { partition = i % 3 })) end
+      local reports, failed = p:flush()
+      assert.are.equal(300, #reports)
+      assert.are.equal(100, failed)
+      for _, r in ipairs(reports) do
+        if r.partition == 2 then assert.is_string(r.err) else assert.is_nil(r.err) end
+      end
+      assert.are.equal(100, #cluster:records("stuck", 0))
+      assert.are.equal(0, #cluster:records("stuck", 2))
+    end)
+
+    it("a lost answer (drop_response): the broker wrote, the client retries, the batch is there twice", function()
+      local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      cluster:drop_response("Produce", 1)
+      for i = 1, 100 do assert(p:send("t", "v" .. i)) end
+      local reports, failed = p:flush()
+      assert.are.equal(0, failed)
+      assert.are.equal(100, reports[1].offset) -- the retry's offsets
+      assert.are.equal(200, #cluster:records("t", 0))
+      assert.are.equal(1, cluster:request_counts().ApiVersions - 1) -- reconnected once: two ApiVersions
+    end)
+
+    it("delay(api, ms) holds answers on the mock's clock; past the client's timeout the request times out", function()
+      local t = 0
+      local cluster = mock.new { brokers = 1, topics = { t = 1 }, now = function() return t end,
+        sleep = function(ms) t = t + ms end }
+      local c = conn_to(cluster, 1)
+      cluster:delay("Metadata", 700)
+      assert(c:request("Metadata", { topics = { { name = "t" } } }))
+      assert.are.equal(700, t)
+      c.request_timeout_ms = 500
+      local ok, err, code = c:request("Metadata", { topics = { { name = "t" } } })
+      assert.is_nil(ok)
+      assert.are.equal("timeout", code)
+      assert.matches("timeout", err)
+      assert.are.equal(1200, t)
+      cluster:delay("Metadata", 0)
+      assert(c:request("Metadata", { topics = { { name = "t" } } }))
+      assert.are.equal(1200, t)
+    end)
+
+    it("commit and committed through the coordinator, with injected coordinator errors", function()
+      local cluster = mock.new { brokers = 3, topics = { commits = 3 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client)
+      for i = 1, 30 do assert(p:send("commits", "v" .. i, { partition = i % 3 })) end
+      assert.are.equal(0, select(2, p:flush()))
+      local c = kafka.consumer.new(client, { group_id = "g-commit", auto_offset_reset = "earliest", fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "commits", partition = 0 }, { topic = "commits", partition = 1 },
+        { topic = "commits", partition = 2 } })
+      for _, r in ipairs(assert(c:committed())) do assert.are.equal(-1, r.offset) end
+      local got = 0
+      for _ = 1, 20 do if got < 30 then got = got + #assert(c:poll(10)) end end
+      assert.are.equal(30, got)
+      assert(c:commit())
+      assert.are.same({ commits = { [0] = 10, [1] = 10, [2] = 10 } }, cluster:committed("g-commit"))
+      cluster:fail("OffsetCommit", E.NOT_COORDINATOR, 2)
+      cluster:fail("OffsetFetch", E.COORDINATOR_LOAD_IN_PROGRESS, 1)
+      assert(c:commit { { topic = "commits", partition = 2, offset = 4, metadata = "half" } })
+      local one = assert(c:committed { { topic = "commits", partition = 2 } })
+      assert.are.equal(4, one[1].offset)
+      assert.are.equal("half", one[1].metadata)
+      cluster:fail("OffsetCommit", E.GROUP_AUTHORIZATION_FAILED, 1)
+      local ok, err, code, kcode = c:commit()
+      assert.is_nil(ok)
+      assert.are.equal("kafka", code)
+      assert.are.equal(E.GROUP_AUTHORIZATION_FAILED, kcode)
+      assert.matches("GROUP_AUTHORIZATION_FAILED", err)
+      local c2 = kafka.consumer.new(client, { group_id = "g-commit", fetch_max_wait_ms = 0 })
+      assert(c2:assign { { topic = "commits", partition = 2 } })
+      assert.are.equal(4, c2:position("commits", 2))
+      local msgs = assert(c2:poll(10))
+      assert.are.equal(6, #msgs)
+      assert.are.equal(4, msgs[1].offset)
+    end)
+
+    it("the client's legacy paths: magic 1 (Produce v2) and magic 0 (no ApiVersions) batches, all codecs", function()
+      local cluster = mock.new { brokers = 1, topics = { legacy = 1 } }
+      local v1 = new_client(cluster, { max_versions = { Produce = 2, Fetch = 3 } })
+      local v0 = new_client(cluster, { api_versions = false })
+      local n = 0
+      for _, codec in ipairs(codecs) do
+        for _, client in ipairs { v1, v0 } do
+          if codec ~= "zstd" then -- zstd needs magic 2
+            local p = kafka.producer.new(client, { compression = codec, linger_ms = 1e9 })
+            for i = 1, 10 do assert(p:send("legacy", codec .. i, { key = "k" })) end
+            local reports, failed = p:flush()
+            assert.are.equal(0, failed)
+            assert.are.equal(n, reports[1].offset)
+            n = n + 10
+          end
+        end
+      end
+      local recs = cluster:records("legacy", 0)
+      assert.are.equal(n, #recs)
+      for i, m in ipairs(recs) do assert.are.equal(i - 1, m.offset) end
+      local _, got = consume_all(v0, "legacy", n)
+      assert.are.equal(n, got)
+    end)
+  end)
+
+  it("measures in-process produce and consume rates (printed)", function()
+    local cluster = mock.new { brokers = 1, topics = { bench = 1 } }
+    local client = new_client(cluster)
+    local N = tonumber(os.getenv("SPEC_BULK_N")) or 100000
+    local value = ("x"):rep(100)
+    local p = kafka.producer.new(client, { linger_ms = 1e9, delivery_reports = "errors" })
+    local t0 = socket.gettime()
+    for _ = 1, N do p:send("bench", value) end
+    local _, failed, delivered = p:flush()
+    local t1 = socket.gettime()
+    assert.are.equal(0, failed)
+    assert.are.equal(N, delivered)
+    local _, got = consume_all(client, "bench", N)
+    local t2 = socket.gettime()
+    assert.are.equal(N, got)
+    io.stderr:write(("\n  in-process mock, %d x 100 B: produce %.0f msg/s, consume %.0f msg/s\n"):format(N,
+      N / (t1 - t0), N / (t2 - t1)))
+  end)
+end)
+
+describe("kafka.mock misuse raises", function()
+  it("with a clear message", function()
+    assert.has_error(function() mock.new { brokers = 0 } end, "kafka.mock: new: brokers must be an integer >= 1, got 0")
+    assert.has_error(function() mock.new { topics = { ["bad name"] = 1 } } end,
+      "kafka.mock.new: topic bad name: invalid topic name")
+    assert.has_error(function() mock.new { topics = { t = 0 } } end, "kafka.mock.new: topic t: invalid number of partitions")
+    local cluster = mock.new { brokers = 2, topics = { t = 2 } }
+    assert.has_error(function() cluster:fail("Nope", 6, 1) end, "kafka.mock: fail: unknown or unimplemented api Nope")
+    assert.has_error(function() cluster:fail("Produce", 4242, 1) end, "kafka.mock: fail: unknown Kafka error code 4242")
+    assert.has_error(function() cluster:fail("Produce", 6, 0) end, "kafka.mock: fail: count must be an integer >= 1, got 0")
+    assert.has_error(function() cluster:down(3) end, "kafka.mock: down: unknown broker id 3")
+    assert.has_error(function() cluster:move_leader("t", 2, 1) end, "kafka.mock: move_leader: topic t has no partition 2")
+    assert.has_error(function() cluster:move_leader("t", 0, 9) end, "kafka.mock: move_leader: unknown broker id 9")
+    assert.has_error(function() cluster:delay("Fetch", -1) end, "kafka.mock: delay: ms must be an integer >= 0, got -1")
+    assert.has_error(function() cluster:records("nope", 0) end, "kafka.mock: records: unknown topic nope")
+    assert.has_error(function() cluster:committed(5) end, "kafka.mock: committed: group must be a string")
+    assert.has_error(function() cluster:step() end, "kafka.mock: step: call listen() first")
+    assert.has_error(function() cluster:create_topic("t", 1) end, "kafka.mock: create_topic: t: topic exists")
+  end)
+end)
+
+describe("kafka.mock on TCP", function()
+  local cluster
+  after_each(function() if cluster then cluster:close() end end)
+
+  -- a request over a real socket while the mock is stepped
+  local function tcp_request(c, api, body, opts)
+    local v = opts and opts.version or assert(c:version(api))
+    local corr = assert(c:send(api, v, body))
+    for _ = 1, 100 do
+      cluster:step(0.01)
+      local r = socket.select({ c.sock.sock }, nil, 0)
+      if r[c.sock.sock] then break end
+    end
+    return c:receive(corr)
+  end
+
+  local function tcp_conn(id)
+    local b = cluster.brokers[id]
+    local c = connection.new { host = b.host, port = b.port, request_timeout_ms = 2000 }
+    -- connect + ApiVersions while the mock runs: send by hand, then step
+    c.use_api_versions = false
+    assert(c:connect())
+    local resp = assert(tcp_request(c, "ApiVersions", {}, { version = 3 }))
+    local bv = {}
+    for _, k in ipairs(resp.api_keys) do bv[k.api_key] = { min = k.min_version, max = k.max_version } end
+    c.broker_versions = bv
+    return c
+  end
+
+  local function raw_client(bytes)
+    local s = assert(socket.connect(cluster.brokers[1].host, cluster.brokers[1].port))
+    s:settimeout(0)
+    if bytes then s:send(bytes) end
+    return s
+  end
+
+  local function closed_by_mock(s)
+    for _ = 1, 50 do
+      cluster:step(0.01)
+      local data, err = s:receive(1)
+      if err == "closed" then return true end
+      if data then return false end
+    end
+    return false
+  end
+
+  it("closes hostile connections (garbage, huge and negative sizes, unknown api, unknown version) and serves the others",
+    function()
+    cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    cluster:listen()
+    local good = tcp_conn(1)
+    local hostile = {
+      "\255\255\255\255garbage",                              -- negative size
+      "\127\255\255\255",                                     -- 2 GiB declared
+      "\0\0\0\3abc",                                          -- shorter than a request header
+      "\0\0\0\10\3\231\0\0\0\0\0\1\255\255",                 -- api key 999
+      "\0\0\0\10\0\0\0\99\0\0\0\1\255\255",                  -- Produce v99
+      "\0\0\0\18\0\1\0\4\0\0\0\1\0\2zz\255\255\255\255\255\255", -- Fetch v4 body of garbage
+    }
+    local socks = {}
+    for i, bytes in ipairs(hostile) do socks[i] = raw_client(bytes) end
+    for i, s in ipairs(socks) do
+      assert.is_true(closed_by_mock(s), "hostile client " .. i .. " was not closed")
+      s:close()
+    end
+    local _, bad = cluster:request_counts()
+    assert.are.equal(#hostile, bad)
+    -- a client that sends half a frame and goes away
+    local half = raw_client(proto.encode_request("Metadata", 9, { correlation_id = 1 }, { topics = {} }):sub(1, 9))
+    cluster:step(0.01)
+    half:close()
+    cluster:step(0.01)
+    -- the good connection still works
+    local resp = assert(tcp_request(good, "Produce", { acks = -1, timeout_ms = 1000, topic_data = { { name = "t",
+      partition_data = { { index = 0, records = { "still", "served" } } } } } }))
+    assert.are.equal(0, resp.responses[1].partition_responses[1].base_offset)
+    assert.are.equal(2, #cluster:records("t", 0))
+    good:close()
+  end)
+
+  it("Fetch waits max_wait_ms for min_bytes on TCP, and answers as soon as data arrives", function()
+    cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    cluster:listen()
+    local c = tcp_conn(1)
+    local body = { replica_id = -1, max_wait_ms = 60000, min_bytes = 1, max_bytes = 1048576, isolation_level = 0,
+      topics = { { topic = "t", partitions = { { partition = 0, fetch_offset = 0, partition_max_bytes = 1048576,
+        current_leader_epoch = -1, log_start_offset = -1 } } } } }
+    local corr = assert(c:send("Fetch", 11, body))
+    cluster:run(0.2)
+    assert.are.equal(1, #cluster.parked) -- still waiting
+    local r = socket.select({ c.sock.sock }, nil, 0)
+    assert.is_nil(r[c.sock.sock])
+    -- another client produces (in-process, into the same cluster): the fetch is answered
+    local p = kafka.producer.new(new_client(cluster))
+    assert(p:send_sync("t", "arrived"))
+    cluster:step(0.05)
+    local resp = assert(c:receive(corr))
+    assert.are.equal(0, #cluster.parked)
+    assert.are.equal("arrived", resp.responses[1].partitions[1].records[1].value)
+    -- nothing arrives: answered empty when max_wait_ms is over
+    body.max_wait_ms = 150
+    body.topics[1].partitions[1].fetch_offset = 1
+    corr = assert(c:send("Fetch", 11, body))
+    cluster:step(0.01)
+    assert.are.equal(1, #cluster.parked)
+    cluster:run(0.3, function() return #cluster.parked == 0 end)
+    resp = assert(c:receive(corr))
+    assert.are.equal(0, #resp.responses[1].partitions[1].records)
+    assert.are.equal(1, resp.responses[1].partitions[1].high_watermark)
+    c:close()
+  end)
+
+  it("a broker down refuses connections on its port; up listens again on the same port", function()
+    cluster = mock.new { brokers = 2, topics = { t = 2 } }
+    cluster:listen()
+    local port = cluster.brokers[2].port
+    cluster:down(2)
+    local s = socket.tcp()
+    s:settimeout(1)
+    local ok, err = s:connect("127.0.0.1", port)
+    s:close()
+    assert.is_nil(ok)
+    assert.are.equal("connection refused", err)
+    cluster:up(2)
+    assert.are.equal(port, cluster.brokers[2].port)
+    local c = tcp_conn(2)
+    c:close()
+  end)
+end)
