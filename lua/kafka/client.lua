@@ -16,6 +16,7 @@
 local proto = require "kafka.proto"
 local connection = require "kafka.connection"
 local ksocket = require "kafka.socket"
+local sasl = require "kafka.sasl"
 
 local errors = proto.errors
 local math, table = math, table
@@ -60,6 +61,7 @@ function _M.new(opts)
     reconnect_backoff_ms = opts.reconnect_backoff_ms or 100,
     reconnect_backoff_max_ms = opts.reconnect_backoff_max_ms or 10000,
     auto_create = opts.allow_auto_topic_creation ~= false,
+    security = sasl.config(opts), -- security_protocol, sasl_*, ssl_* (README: Security)
     now = now,
     sleep = sleep,
     cluster_id = nil,
@@ -75,6 +77,7 @@ function _M:_new_conn(host, port, node_id)
     host = host, port = port, node_id = node_id, client_id = self.client_id,
     request_timeout_ms = o.request_timeout_ms, connect_timeout_ms = o.connect_timeout_ms,
     socket = o.socket, api_versions = o.api_versions, max_versions = o.max_versions,
+    security = self.security,
   }
 end
 

@@ -14,6 +14,7 @@
 -- "protocol" (a peer that breaks the protocol), "unsupported", "closed".
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
+local sasl = require "kafka.sasl"
 
 local math, table = math, table
 local setmetatable, tostring, tonumber, type, pairs, ipairs = setmetatable, tostring, tonumber, type, pairs, ipairs
@@ -54,6 +55,7 @@ function _M.new(opts)
     request_timeout_ms = opts.request_timeout_ms or 30000,
     connect_timeout_ms = opts.connect_timeout_ms or 10000,
     factory = ksocket.factory(opts),
+    security = opts.security, -- kafka.sasl.config(): TLS and SASL settings, nil for PLAINTEXT
     use_api_versions = opts.api_versions ~= false,
     max_versions = opts.max_versions or {},
     fallback_versions = opts.fallback_versions or FALLBACK,
@@ -187,6 +189,11 @@ function _M:connect()
     sock:close()
     return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)), "network"
   end
+  ok, err = ksocket.secure(sock, self.host, self.port, self.security, self.connect_timeout_ms)
+  if not ok then
+    sock:close()
+    return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)), "ssl"
+  end
   self.sock = sock
   self.closed_reason = nil
   self.inflight, self.first, self.last, self.ready, self.noreply = {}, 1, 0, {}, {}
@@ -194,6 +201,7 @@ function _M:connect()
     local code
     ok, err, code = self:_negotiate()
     if not ok then
+      if ksocket.tls_error(sock) then return nil, err, "ssl" end -- a TLS alert or a TLS/plaintext mix-up
       if code == "network" then
         -- closed on ApiVersions: a pre-0.10 broker. Reconnect without it.
         self.broker_versions = false
@@ -204,6 +212,12 @@ function _M:connect()
     end
   elseif not self.use_api_versions then
     self.broker_versions = false
+  end
+  local code
+  ok, err, code = sasl.authenticate(self)
+  if not ok then
+    self:close(err)
+    return nil, err, code
   end
   return true
 end
@@ -240,6 +254,10 @@ end
 function _M:send(api, version, body, opts)
   if not self.sock then
     local ok, err, code = self:connect()
+    if not ok then return nil, err, code end
+  end
+  if self.reauth_at then -- KIP-368: re-authenticate before the session ends
+    local ok, err, code = sasl.maybe_reauthenticate(self)
     if not ok then return nil, err, code end
   end
   local corr = self.corr + 1
