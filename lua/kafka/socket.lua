@@ -37,6 +37,12 @@ local function io_err(self, err)
   if err == "wantread" or err == "wantwrite" then return "timeout" end
   if self.tls and err ~= "timeout" and err ~= "closed" then
     self.tls_error = err
+    -- TLS 1.3: the broker checks the client certificate after the client's
+    -- handshake is over; its refusal is an alert on the first read
+    if not self.client_cert and tostring(err):find("alert", 1, true) and tostring(err):find("certificate", 1, true) then
+      return "TLS: " .. tostring(err) .. " (the broker requires a client certificate: ssl_certificate_location "
+        .. "and ssl_key_location)"
+    end
     return "TLS: " .. tostring(err)
   end
   return err
@@ -155,6 +161,7 @@ function ls_mt:tls_handshake(host, port, tls, timeout_ms)
   if not conn then return nil, "TLS: " .. tostring(err) end
   self.sock = conn
   self.tls = true
+  self.client_cert = tls.certificate ~= nil
   if not is_ip(host) then conn:sni(host) end
   conn:settimeout(timeout_ms and timeout_ms / 1000 or nil)
   local ok
@@ -162,8 +169,9 @@ function ls_mt:tls_handshake(host, port, tls, timeout_ms)
   if not ok then
     if err == "wantread" or err == "wantwrite" then
       return nil, ("TLS handshake with %s:%s timed out (is it a TLS listener?)"):format(host, tostring(port))
-    elseif err == "closed" or err == "System error" or tostring(err):find("wrong version number", 1, true)
-      or tostring(err):find("record layer failure", 1, true) or tostring(err):find("packet length too long", 1, true) then
+    elseif err == "closed" or err == "System error" or tostring(err):find("unexpected eof", 1, true)
+      or tostring(err):find("wrong version number", 1, true) or tostring(err):find("record layer failure", 1, true)
+      or tostring(err):find("packet length too long", 1, true) then
       return nil, ("TLS handshake with %s:%s failed: %s (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"):format(
         host, tostring(port), tostring(err))
     end
