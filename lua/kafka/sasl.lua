@@ -352,7 +352,9 @@ local function exchange(conn, reauth)
   conn.sasl_authenticated = (conn.sasl_authenticated or 0) + 1
   if lifetime then
     -- re-authenticate at 85-95% of the session, as Kafka's Java client does
-    conn.reauth_at = sec.now() + lifetime * (0.85 + 0.1 * math.random())
+    local t = sec.now()
+    conn.reauth_at = t + lifetime * (0.85 + 0.1 * math.random())
+    conn.session_end = t + lifetime
     conn.session_lifetime_ms = lifetime
   else
     conn.reauth_at = nil
@@ -376,7 +378,27 @@ end
 -- in flight keep going: their responses arrive first and wait in conn.
 function _M.maybe_reauthenticate(conn)
   if conn._sasl_busy or not conn.reauth_at or not conn.sock then return true end
-  if conn.security.now() < conn.reauth_at then return true end
+  local t = conn.security.now()
+  if t < conn.reauth_at then return true end
+  if t >= conn.session_end then
+    -- an idle connection past its session: the broker closes it on the
+    -- next request, re-authentication included. Responses still due are
+    -- read first and kept; then a new connection authenticates afresh.
+    local kept = {}
+    while conn:in_flight() > 0 do
+      local head = conn.inflight[conn.first]
+      local body, err, code = conn:receive(head.corr)
+      if not body then return nil, err, code end
+      kept[head.corr] = body
+    end
+    for corr, body in pairs(conn.ready) do kept[corr] = body end
+    conn:close("SASL session expired")
+    local ok, err, code = conn:connect()
+    if not ok then return nil, err, code end
+    for corr, body in pairs(kept) do conn.ready[corr] = body end
+    conn.sasl_reconnected = (conn.sasl_reconnected or 0) + 1
+    return true
+  end
   conn._sasl_busy = true
   local ok, err, code = exchange(conn, true)
   conn._sasl_busy = false
