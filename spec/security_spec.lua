@@ -238,11 +238,13 @@ describe("TLS and SASL, Kafka " .. version, function()
       end
       local _, failed = p:flush()
       assert.equal(0, failed)
-      socket.sleep(0.2)
+      socket.sleep(0.1)
     end
     local bc = client.conns[next(client.brokers)]
     assert.is_true(bc.sasl_reauthenticated >= 2, tostring(bc.sasl_reauthenticated))
-    assert.equal(2, n.n) -- the bootstrap connection and the broker's
+    -- the bootstrap connection and the broker's; any other connect replaced a session
+    -- that ended while idle (a gap between rounds across the 85-95% window), never a failure
+    assert.equal(2 + (bc.sasl_reconnected or 0), n.n)
     local _, total = rt.consume_all(client, topic, 1, sent)
     assert.equal(sent, total)
     client:close()
@@ -269,14 +271,14 @@ describe("TLS and SASL, Kafka " .. version, function()
         end
         local _, failed = p:flush()
         assert.equal(0, failed)
-        socket.sleep(0.25)
+        socket.sleep(0.1)
       end
       local bc = client.conns[next(client.brokers)]
       -- the session lasts as long as the 3 s token: several tokens, several re-authentications
       assert.is_true(bc.session_lifetime_ms <= 3000, tostring(bc.session_lifetime_ms))
       assert.is_true(bc.sasl_reauthenticated >= 2, tostring(bc.sasl_reauthenticated))
       assert.is_true(calls >= 3, "token calls " .. calls)
-      assert.equal(2, n.n)
+      assert.equal(2 + (bc.sasl_reconnected or 0), n.n)
       local _, total = rt.consume_all(client, topic, 1, sent)
       assert.equal(sent, total)
       client:close()

@@ -249,7 +249,7 @@ local function token(s, now)
   if type(tok) ~= "string" or tok == "" then
     return nil, "sasl_oauthbearer_token returned no token" .. (lifetime and (": " .. tostring(lifetime)) or "")
   end
-  if tok:find("[\1\0 ]") then return nil, "sasl_oauthbearer_token: the token has a space or a control byte" end
+  if tok:find("[%c ]") then return nil, "sasl_oauthbearer_token: the token has a space or a control byte" end
   lifetime = tonumber(lifetime)
   if not lifetime or lifetime <= 0 then return nil, "sasl_oauthbearer_token must return the token's lifetime_ms (> 0)" end
   if ext ~= nil and type(ext) ~= "table" then return nil, "sasl_oauthbearer_token: extensions must be a table" end

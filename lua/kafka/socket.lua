@@ -61,7 +61,8 @@ function ls_mt:receive(n)
     self.seen = true
     -- a TLS alert or handshake record where the first frame size should be:
     -- a plaintext client on a TLS listener
-    if not self.tls and n == 4 and data:match("^[\21\22]\3[\0-\4]") then
+    local a, b, c = data:byte(1, 3)
+    if not self.tls and n == 4 and (a == 21 or a == 22) and b == 3 and c <= 4 then
       self.tls_error = "the broker answered with TLS: is it an SSL or SASL_SSL listener? (security_protocol)"
       return nil, self.tls_error
     end
