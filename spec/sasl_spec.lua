@@ -206,6 +206,7 @@ describe("security options", function()
     raises("ssl_key_location is required with ssl_certificate_location",
       { security_protocol = "SSL", ssl_certificate_location = cert })
     raises("ssl_key_password needs ssl_key_location", { security_protocol = "SSL", ssl_key_password = "x" })
+    raises("ssl_ca_locaton is not an option", { security_protocol = "SSL", ssl_ca_locaton = cert })
     raises('ssl_endpoint_identification must be "https" or "none"',
       { security_protocol = "SSL", ssl_endpoint_identification = "yes" })
   end)

@@ -26,6 +26,9 @@ local _M = {}
 local HANDSHAKE, AUTHENTICATE = 17, 36
 local PROTOCOLS = { PLAINTEXT = { false, false }, SSL = { true, false }, SASL_PLAINTEXT = { false, true },
                     SASL_SSL = { true, true } }
+local KNOWN = { sasl_mechanism = true, sasl_username = true, sasl_password = true, sasl_oauthbearer_token = true,
+                ssl_ca_location = true, ssl_certificate_location = true, ssl_key_location = true,
+                ssl_key_password = true, ssl_endpoint_identification = true }
 local MECHANISMS = { PLAIN = true, ["SCRAM-SHA-256"] = true, ["SCRAM-SHA-512"] = true, OAUTHBEARER = true }
 
 ---------------------------------------------------------------- options
@@ -61,7 +64,9 @@ function _M.config(opts)
   local use_tls, use_sasl = kind[1], kind[2]
   for k in pairs(opts) do
     if type(k) == "string" then
-      if k:match("^sasl_") and not use_sasl then
+      if (k:match("^sasl_") or k:match("^ssl_")) and not KNOWN[k] then
+        fail_opt(k, "is not an option (a typo?)")
+      elseif k:match("^sasl_") and not use_sasl then
         fail_opt(k, "is set but security_protocol is " .. proto_name .. " (SASL_PLAINTEXT or SASL_SSL use it)")
       elseif k:match("^ssl_") and not use_tls then
         fail_opt(k, "is set but security_protocol is " .. proto_name .. " (SSL or SASL_SSL use it)")
