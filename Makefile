@@ -17,11 +17,13 @@ CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wshadow -Wconversion -Wmissing-prototypes -Wstrict-prototypes \
         -Wpointer-arith -Wformat=2 -Wundef -Wcast-align -Wvla
 ALL_CFLAGS := -std=gnu99 -fPIC -fvisibility=hidden $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
-LIBS := -lz -lsnappy -llz4 -lzstd
+CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto)
+CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto)
+LIBS := -lz -lsnappy -llz4 -lzstd $(CRYPTO_LIBS)
 LDFLAGS ?=
 
-CORE_SRC := csrc/buf.c csrc/crc.c csrc/compress.c csrc/records.c csrc/schema.c csrc/apis.c
-GLUE_SRC := csrc/lua_kafka.c
+CORE_SRC := csrc/buf.c csrc/crc.c csrc/compress.c csrc/records.c csrc/schema.c csrc/apis.c csrc/crypto.c
+GLUE_SRC := csrc/lua_kafka.c csrc/lua_crypto.c
 CORE_OBJ := $(patsubst csrc/%.c,$(BUILD)/%.o,$(CORE_SRC))
 GLUE_OBJ := $(patsubst csrc/%.c,$(BUILD)/%.o,$(GLUE_SRC))
 MODULE := $(BUILD)/kafka/core.so
@@ -42,7 +44,7 @@ all: $(MODULE)
 
 $(BUILD)/%.o: csrc/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LUA_INC) -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) $(LUA_INC) $(CRYPTO_CFLAGS) -c -o $@ $<
 
 $(MODULE): $(CORE_OBJ) $(GLUE_OBJ)
 	@mkdir -p $(dir $@)

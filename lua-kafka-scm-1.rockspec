@@ -22,17 +22,18 @@ external_dependencies = {
   SNAPPY = { header = "snappy-c.h", library = "snappy" },
   LZ4 = { header = "lz4frame.h", library = "lz4" },
   ZSTD = { header = "zstd.h", library = "zstd" },
+  OPENSSL = { header = "openssl/evp.h", library = "crypto" }, -- libcrypto: SCRAM, TLS host name checks
 }
 build = {
   type = "builtin",
   modules = {
     ["kafka.core"] = {
       sources = { "csrc/buf.c", "csrc/crc.c", "csrc/compress.c", "csrc/records.c", "csrc/schema.c",
-                  "csrc/apis.c", "csrc/lua_kafka.c" },
+                  "csrc/apis.c", "csrc/crypto.c", "csrc/lua_kafka.c", "csrc/lua_crypto.c" },
       defines = { "_GNU_SOURCE" },
-      incdirs = { "csrc", "$(ZLIB_INCDIR)", "$(SNAPPY_INCDIR)", "$(LZ4_INCDIR)", "$(ZSTD_INCDIR)" },
-      libdirs = { "$(ZLIB_LIBDIR)", "$(SNAPPY_LIBDIR)", "$(LZ4_LIBDIR)", "$(ZSTD_LIBDIR)" },
-      libraries = { "z", "snappy", "lz4", "zstd" },
+      incdirs = { "csrc", "$(ZLIB_INCDIR)", "$(SNAPPY_INCDIR)", "$(LZ4_INCDIR)", "$(ZSTD_INCDIR)", "$(OPENSSL_INCDIR)" },
+      libdirs = { "$(ZLIB_LIBDIR)", "$(SNAPPY_LIBDIR)", "$(LZ4_LIBDIR)", "$(ZSTD_LIBDIR)", "$(OPENSSL_LIBDIR)" },
+      libraries = { "z", "snappy", "lz4", "zstd", "crypto" },
     },
     ["kafka"] = "lua/kafka/init.lua",
     ["kafka.proto"] = "lua/kafka/proto.lua",

@@ -14,6 +14,7 @@
 #include "compat.h"
 #include "compress.h"
 #include "crc.h"
+#include "lua_crypto.h"
 #include "records.h"
 #include "schema.h"
 
@@ -1582,5 +1583,7 @@ int luaopen_kafka_core(lua_State *L) {
   luaL_newlib(L, core_funcs);
   lua_pushboolean(L, kf_crc32c_has_hw());
   lua_setfield(L, -2, "crc32c_hw");
+  kf_lua_crypto(L);
+  lua_setfield(L, -2, "crypto");
   return 1;
 }

@@ -1,9 +1,14 @@
 -- OpenResty-like host: Debian's nginx + lua-nginx-module (LuaJIT 2.1) runs
 -- the client through ngx.socket.tcp cosockets against the mock cluster.
 -- Needs the LuaJIT build of the module (make LUA=luajit; `make test` does it).
+-- The SASL_SSL cases run against the real broker (support.realkafka) unless
+-- KAFKA_VERSIONS=none: TLS through cosocket sslhandshake, verified against
+-- lua_ssl_trusted_certificate (the broker's CA), SCRAM and PLAIN over it.
 local mock = require "support.mock"
+local rk = require "support.realkafka"
 local socket = require "socket"
 local http = require "socket.http"
+local url = require "socket.url"
 
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/") or "."
 if root:sub(1, 1) ~= "/" then root = os.getenv("PWD") .. "/" .. root end
@@ -26,8 +31,9 @@ describe("nginx cosockets", function()
   end)
   if not have_nginx() then return end
 
-  local prefix, port, m
+  local prefix, port, m, k
   setup(function()
+    if rk.main() then k = rk.cluster(rk.main(), 1) end
     local s = socket.bind("127.0.0.1", 0)
     local _, p = s:getsockname()
     port = tonumber(p)
@@ -37,7 +43,10 @@ describe("nginx cosockets", function()
     assert(sh(("mkdir -p %s/conf %s/logs %s/tmp"):format(prefix, prefix, prefix)))
     local conf = assert(io.open(root .. "/spec/nginx/nginx.conf.in")):read("*a")
     local user = io.popen("id -u"):read("*l") == "0" and "user root;" or ""
-    conf = conf:gsub("@ROOT@", root):gsub("@PORT@", tostring(port)):gsub("@USER@", user)
+    local ca = k and (k.dir .. "/ca.pem") or "/etc/ssl/certs/ca-certificates.crt"
+    local other = k and (k.dir .. "/other-ca.pem") or ca
+    conf = conf:gsub("@ROOT@", root):gsub("@PORT@", tostring(port)):gsub("@USER@", user):gsub("@CA@", ca)
+      :gsub("@OTHER_CA@", other)
     local f = assert(io.open(prefix .. "/conf/nginx.conf", "w"))
     f:write(conf)
     f:close()
@@ -67,8 +76,47 @@ describe("nginx cosockets", function()
       local topic = "nginx-" .. codec
       m:cmd("topic " .. topic .. " 3")
       local q = ("brokers=%s&topic=%s&n=2000&codec=%s"):format(m.bootstrap, topic, codec)
-      assert.are.equal("2000 0 true\n", get("/produce?" .. q))
+      assert.are.equal("2000 0 true 0\n", get("/produce?" .. q))
       assert.are.equal("2000 true nginx\n", get("/consume?" .. q))
     end)
   end
+
+  local function query(t)
+    local q = {}
+    for key, v in pairs(t) do q[#q + 1] = key .. "=" .. url.escape(tostring(v)) end
+    table.sort(q)
+    return table.concat(q, "&")
+  end
+
+  for _, mech in ipairs { "SCRAM-SHA-512", "PLAIN" } do
+    it("produces and consumes over SASL_SSL with " .. mech .. " through cosockets", function()
+      assert.truthy(k, "no real broker (KAFKA_VERSIONS=none)")
+      local topic = "nginx-sasl-" .. mech .. "-" .. os.time()
+      local q = query { brokers = k.bootstrap.SASL_SSL, topic = topic, n = 500, codec = "lz4",
+        security_protocol = "SASL_SSL", sasl_mechanism = mech, sasl_username = "alice", sasl_password = "alice-secret",
+        -- the broker advertises 127.0.0.1, and nginx checks DNS names only: the chain is still verified
+        ssl_endpoint_identification = "none" }
+      -- the bootstrap connection and the leader's: both authenticated over TLS
+      assert.are.equal("500 0 true 1\n", get("/produce?" .. q))
+      assert.are.equal("500 true nginx\n", get("/consume?" .. q))
+    end)
+  end
+
+  it("refuses over SASL_SSL in nginx: a wrong password (auth), an untrusted CA, an IP address"
+    .. " checked as a host name, TLS to a plaintext listener (ssl)", function()
+    assert.truthy(k, "no real broker (KAFKA_VERSIONS=none)")
+    local base = { brokers = k.bootstrap.SASL_SSL, security_protocol = "SASL_SSL", sasl_mechanism = "SCRAM-SHA-256",
+      sasl_username = "alice", sasl_password = "wrong", ssl_endpoint_identification = "none" }
+    assert.matches("^err auth .*SASL SCRAM%-SHA%-256 authentication failed", get("/metadata?" .. query(base)))
+    base.sasl_password = "alice-secret"
+    assert.matches("^ok 1", get("/metadata?" .. query(base)))
+    -- the chain is verified: a location trusting another CA refuses the broker
+    assert.matches("^err ssl .*TLS handshake with 127%.0%.0%.1:%d+ failed: .*self%-signed certificate in certificate chain",
+      get("/metadata_other_ca?" .. query(base)))
+    base.ssl_endpoint_identification = nil
+    assert.matches("^err ssl .*against an IP address", get("/metadata?" .. query(base)))
+    base.ssl_endpoint_identification = "none"
+    base.brokers = k.bootstrap.SASL_PLAINTEXT
+    assert.matches("^err ssl .*TLS handshake", get("/metadata?" .. query(base)))
+  end)
 end)

@@ -29,6 +29,7 @@ local proto = require "kafka.proto"
 local connection = require "kafka.connection"
 local ksocket = require "kafka.socket"
 local check = require "kafka.check"
+local sasl = require "kafka.sasl"
 
 local errors = proto.errors
 local API = proto.api
@@ -119,6 +120,7 @@ function _M.new(opts)
     reconnect_backoff_ms = reconnect_ms,
     reconnect_backoff_max_ms = reconnect_max,
     auto_create = check.bool(WHERE, "allow_auto_topic_creation", opts.allow_auto_topic_creation, true),
+    security = sasl.config(opts), -- security_protocol, sasl_*, ssl_* (README: Security)
     now = now,
     sleep = sleep,
     cluster_id = nil,
@@ -133,6 +135,7 @@ function _M:_new_conn(host, port, node_id)
     request_timeout_ms = o.request_timeout_ms, connect_timeout_ms = o.connect_timeout_ms,
     receive_message_max_bytes = o.receive_message_max_bytes, now = self.now,
     socket = o.socket, api_versions = o.api_versions, max_versions = o.max_versions,
+    security = self.security,
   }
 end
 

@@ -24,6 +24,7 @@
 -- its answer when it comes.
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
+local sasl = require "kafka.sasl"
 
 local math, table = math, table
 local setmetatable, tostring, tonumber, type, pairs, ipairs = setmetatable, tostring, tonumber, type, pairs, ipairs
@@ -68,6 +69,7 @@ function _M.new(opts)
     receive_message_max_bytes = opts.receive_message_max_bytes or 100000000,
     factory = ksocket.factory(opts),
     now = now,
+    security = opts.security, -- kafka.sasl.config(): TLS and SASL settings, nil for PLAINTEXT
     use_api_versions = opts.api_versions ~= false,
     max_versions = opts.max_versions or {},
     fallback_versions = opts.fallback_versions or FALLBACK,
@@ -264,6 +266,11 @@ function _M:_open(deadline)
     return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)),
       err == "timeout" and "timeout" or "network"
   end
+  ok, err = ksocket.secure(sock, self.host, self.port, self.security, self.connect_timeout_ms)
+  if not ok then
+    sock:close()
+    return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)), "ssl"
+  end
   self.sock = sock
   self.closed_reason = nil
   self.inflight, self.first, self.last, self.ready, self.noreply = {}, 1, 0, {}, {}
@@ -308,25 +315,31 @@ function _M:connect(deadline)
     if not ok then return nil, err, code end
     if not self.use_api_versions then
       self.broker_versions = false
-      return true
+      return self:_authenticate()
     end
     local _, ours = proto.versions(API_VERSIONS)
     self.neg = { try = { math.min(ours, 3) }, seen = {}, first = true }
   end
-  local first = self.neg.first
+  local first, sock = self.neg.first, self.sock
   ok, err, code = self:_negotiate(deadline)
   if ok then
     self.neg = nil
-    return true
+    return self:_authenticate()
   end
   if code == "timeout" and self.sock and self.neg and self.neg.corr and self:waiting(self.neg.corr) then
     return nil, err, code
+  end
+  -- a TLS alert, or a TLS/plaintext mix-up, is not an old broker (the
+  -- failed read may have closed the connection: the socket keeps the error)
+  if ksocket.tls_error(sock) then
+    self:close(err)
+    return nil, err, "ssl"
   end
   local clean = self.clean_close
   self:close(err)
   if first and clean and code == "network" then
     ok = self:_probe_old(deadline)
-    if ok then return true end
+    if ok then return self:_authenticate() end
     self:close(err)
   end
   return nil, err, code
@@ -394,7 +407,25 @@ function _M:send(api, version, body, opts)
     local ok, err, code = self:connect(deadline)
     if not ok then return nil, err, code end
   end
+  if self.reauth_at then -- KIP-368: re-authenticate before the session ends
+    local ok, err, code = sasl.maybe_reauthenticate(self)
+    if not ok then return nil, err, code end
+  end
   return self:_send_raw(api, version, body, opts, deadline)
+end
+
+-- in_flight() -> the number of requests whose answers are awaited
+function _M:in_flight() return self.last - self.first + 1 end
+
+-- After versions are known: SASL (kafka.sasl) when the security settings
+-- ask for it; a failure closes the connection.
+function _M:_authenticate()
+  local ok, err, code = sasl.authenticate(self)
+  if not ok then
+    self:close(err)
+    return nil, err, code
+  end
+  return true
 end
 
 -- receive(corr [, deadline]) -> decoded response body | nil, err, code.

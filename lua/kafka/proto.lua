@@ -28,6 +28,7 @@ local _M = {
   crc32c = core.crc32c,
   compress = core.compress,
   decompress = core.decompress,
+  crypto = core.crypto, -- digest, hmac, pbkdf2, random_bytes, xor, b64_encode/decode, check_host (libcrypto)
 
   errors = errors,
   api = {}, -- api name -> key: proto.api.Produce == 0 (what the client uses instead of numbers)

@@ -5,10 +5,18 @@
 -- (a timeout returns the bytes read so far as `partial`: the connection
 -- keeps them and goes on reading later)
 -- ngx.socket.tcp objects have it natively; luasocket's are wrapped here;
--- any other object with these methods can be injected (TLS goes here
--- later: a wrapper whose connect also does the handshake).
+-- any other object with these methods can be injected.
+--
+-- TLS (security_protocol SSL / SASL_SSL) is one call after connect,
+-- _M.tls(sock, host, port, tls): luasocket objects are wrapped with LuaSec
+-- (chain verified against ssl_ca_location, the host name checked with
+-- OpenSSL's X509_check_host / X509_check_ip_asc), cosockets and injected
+-- objects with a cosocket-style sslhandshake(reused, server_name, verify)
+-- method do their own handshake (in nginx the chain is verified against
+-- lua_ssl_trusted_certificate, the host name by lua-nginx-module).
 local ngx = ngx -- luacheck: ignore (nil outside OpenResty)
-local pcall, require, setmetatable, type = pcall, require, setmetatable, type
+local io, table = io, table
+local pcall, require, setmetatable, type, tostring, ipairs, pairs = pcall, require, setmetatable, type, tostring, ipairs, pairs
 
 local _M = {}
 
@@ -27,14 +35,43 @@ function ls_mt:connect(host, port)
   return self.sock:connect(host, port)
 end
 
+-- LuaSec reports a timeout as "wantread"/"wantwrite"; any other error of
+-- a TLS connection (an alert, a bad record) is kept as its tls_error.
+local function io_err(self, err)
+  if err == "wantread" or err == "wantwrite" then return "timeout" end
+  if self.tls and err ~= "timeout" and err ~= "closed" then
+    self.tls_error = err
+    -- TLS 1.3: the broker checks the client certificate after the client's
+    -- handshake is over; its refusal is an alert on the first read
+    if not self.client_cert and tostring(err):find("alert", 1, true) and tostring(err):find("certificate", 1, true) then
+      return "TLS: " .. tostring(err) .. " (the broker requires a client certificate: ssl_certificate_location "
+        .. "and ssl_key_location)"
+    end
+    return "TLS: " .. tostring(err)
+  end
+  return err
+end
+
 function ls_mt:send(data)
   local n, err, last = self.sock:send(data)
-  if not n then return nil, err, last end
+  if not n then return nil, io_err(self, err), last end
   return n
 end
 
 function ls_mt:receive(n)
-  return self.sock:receive(n)
+  local data, err, partial = self.sock:receive(n)
+  if not data then return nil, io_err(self, err), partial end
+  if not self.seen then
+    self.seen = true
+    -- a TLS alert or handshake record where the first frame size should be:
+    -- a plaintext client on a TLS listener
+    local a, b, c = data:byte(1, 3)
+    if not self.tls and n == 4 and (a == 21 or a == 22) and b == 3 and c <= 4 then
+      self.tls_error = "the broker answered with TLS: is it an SSL or SASL_SSL listener? (security_protocol)"
+      return nil, self.tls_error
+    end
+  end
+  return data
 end
 
 function ls_mt:close()
@@ -50,6 +87,181 @@ function _M.luasocket_tcp()
   -- total_timeout: settimeout bounds a whole receive, so big frames are read
   -- in one call (other sockets are read in 1 MiB pieces, each bounded)
   return setmetatable({ sock = s, total_timeout = true }, ls_mt)
+end
+
+local ssl -- LuaSec, loaded on first TLS use
+
+-- CA bundles tried when ssl_ca_location is not given (the system's trust
+-- store: Debian/Ubuntu, Fedora/RHEL, Alpine/macOS/BSD)
+local SYSTEM_CAS = { "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem" }
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+local function is_ip(host)
+  return host:match("^%d+%.%d+%.%d+%.%d+$") ~= nil or host:find(":", 1, true) ~= nil
+end
+
+-- The LuaSec context of a tls config (see sasl.config), made once.
+local function luasec_context(tls)
+  if tls._ctx then return tls._ctx end
+  if not ssl then
+    local ok, m = pcall(require, "ssl")
+    if not ok then return nil, "security_protocol " .. tls.protocol .. " needs LuaSec (apt-get install lua-sec): " .. tostring(m) end
+    ssl = m
+  end
+  local params = {
+    mode = "client",
+    protocol = "any",
+    options = { "all", "no_sslv2", "no_sslv3", "no_tlsv1", "no_tlsv1_1" },
+    verify = "peer",
+    -- verification errors are collected (getpeerverification) and refused
+    -- right after the handshake, so the error can name the reason
+    verifyext = { "lsec_continue" },
+    certificate = tls.certificate,
+    key = tls.key,
+    password = tls.key_password,
+  }
+  local ca = tls.ca
+  if not ca then
+    for _, p in ipairs(SYSTEM_CAS) do
+      if exists(p) then ca = p break end
+    end
+    if not ca then ca = "/etc/ssl/certs" end
+  end
+  if exists(ca .. "/.") then params.capath = ca else params.cafile = ca end -- "dir/." opens only for a directory
+  local ctx, err = ssl.newcontext(params)
+  if not ctx then return nil, "TLS configuration: " .. tostring(err) end
+  tls._ctx = ctx
+  return ctx
+end
+
+local function verify_errors(errs)
+  if type(errs) ~= "table" then return tostring(errs) end
+  local out = {}
+  for depth, list in pairs(errs) do
+    for _, e in ipairs(type(list) == "table" and list or { list }) do
+      out[#out + 1] = tostring(e) .. " (depth " .. tostring(depth) .. ")"
+    end
+  end
+  table.sort(out)
+  return table.concat(out, "; ")
+end
+
+-- luasocket objects: LuaSec handshake, then the chain and the host name.
+function ls_mt:tls_handshake(host, port, tls, timeout_ms)
+  local ctx, err = luasec_context(tls)
+  if not ctx then return nil, err end
+  local conn
+  conn, err = ssl.wrap(self.sock, ctx)
+  if not conn then return nil, "TLS: " .. tostring(err) end
+  self.sock = conn
+  self.tls = true
+  self.client_cert = tls.certificate ~= nil
+  if not is_ip(host) then conn:sni(host) end
+  conn:settimeout(timeout_ms and timeout_ms / 1000 or nil)
+  local ok
+  ok, err = conn:dohandshake()
+  if not ok then
+    if err == "wantread" or err == "wantwrite" then
+      return nil, ("TLS handshake with %s:%s timed out (is it a TLS listener?)"):format(host, tostring(port))
+    elseif err == "closed" or err == "System error" or tostring(err):find("unexpected eof", 1, true)
+      or tostring(err):find("wrong version number", 1, true) or tostring(err):find("record layer failure", 1, true)
+      or tostring(err):find("packet length too long", 1, true) then
+      return nil, ("TLS handshake with %s:%s failed: %s (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"):format(
+        host, tostring(port), tostring(err))
+    end
+    return nil, ("TLS handshake with %s:%s failed: %s"):format(host, tostring(port), tostring(err))
+  end
+  local verified, errs = conn:getpeerverification()
+  if not verified then
+    return nil, ("TLS: the certificate of %s:%s is not trusted: %s (ssl_ca_location: %s)"):format(host, tostring(port),
+      verify_errors(errs), tostring(tls.ca or "the system's CAs"))
+  end
+  if tls.verify_host then
+    local cert = conn:getpeercertificate()
+    if not cert then return nil, ("TLS: %s:%s sent no certificate"):format(host, tostring(port)) end
+    local match, cerr = require("kafka.proto").crypto.check_host(cert:pem(), host)
+    if match == nil then return nil, "TLS: " .. tostring(cerr) end
+    if not match then
+      return nil, ("TLS: host name mismatch: the certificate of %s:%s is not valid for %q "
+        .. "(ssl_endpoint_identification = \"none\" turns the check off)"):format(host, tostring(port), host)
+    end
+  end
+  return true
+end
+
+-- Cosockets in nginx: the client certificate (parsed once) and sslhandshake.
+local function cosocket_handshake(sock, host, port, tls)
+  if tls.certificate then
+    if not sock.setclientcert then return nil, "TLS: this socket cannot send a client certificate (setclientcert)" end
+    if tls.key_password then return nil, "TLS: ssl_key_password is not supported in nginx: use an unencrypted key" end
+    if not tls._ngx_cert then
+      local nssl = require "ngx.ssl"
+      local cpem, err = read_file(tls.certificate)
+      if not cpem then return nil, "ssl_certificate_location: " .. tostring(err) end
+      local kpem
+      kpem, err = read_file(tls.key)
+      if not kpem then return nil, "ssl_key_location: " .. tostring(err) end
+      local c, k
+      c, err = nssl.parse_pem_cert(cpem)
+      if not c then return nil, "ssl_certificate_location: " .. tostring(err) end
+      k, err = nssl.parse_pem_priv_key(kpem)
+      if not k then return nil, "ssl_key_location: " .. tostring(err) end
+      tls._ngx_cert, tls._ngx_key = c, k
+    end
+    local ok, err = sock:setclientcert(tls._ngx_cert, tls._ngx_key)
+    if not ok then return nil, "TLS: client certificate: " .. tostring(err) end
+  end
+  -- lua-nginx-module checks the host name against server_name when it
+  -- verifies, with X509_check_host, which matches DNS names only: an IP
+  -- address cannot be checked there, and "none" sends no SNI so that only
+  -- the chain is verified.
+  local name
+  if tls.verify_host then
+    if is_ip(host) then
+      return nil, ("TLS: nginx cannot check the certificate of %s:%s against an IP address: connect by host name "
+        .. "or set ssl_endpoint_identification = \"none\""):format(host, tostring(port))
+    end
+    name = host
+  end
+  local ok, err = sock:sslhandshake(false, name, true)
+  if not ok then
+    return nil, ("TLS handshake with %s:%s failed: %s"):format(host, tostring(port), tostring(err))
+  end
+  return true
+end
+
+-- tls(sock, host, port, tls, timeout_ms) -> true | nil, err ("ssl" errors):
+-- the TLS handshake on a connected socket, verified as tls says.
+function _M.tls(sock, host, port, tls, timeout_ms)
+  if sock.tls_handshake then return sock:tls_handshake(host, port, tls, timeout_ms) end
+  if sock.sslhandshake then return cosocket_handshake(sock, host, port, tls) end
+  return nil, "TLS: the injected socket has no sslhandshake method"
+end
+
+-- secure(sock, host, port, security, timeout_ms) -> true | nil, err: the
+-- TLS handshake when the security settings (kafka.sasl.config) ask for it.
+function _M.secure(sock, host, port, security, timeout_ms)
+  if not security or not security.tls then return true end
+  return _M.tls(sock, host, port, security.tls, timeout_ms)
+end
+
+-- tls_error(sock) -> the TLS-level error a send or receive saw (an alert:
+-- e.g. a missing client certificate refused after a TLS 1.3 handshake).
+function _M.tls_error(sock)
+  return type(sock) == "table" and sock.tls_error or nil
 end
 
 -- True inside an nginx phase where cosockets work.

@@ -1,0 +1,414 @@
+-- kafka.sasl: security options and SASL authentication.
+--
+--   local sec = sasl.config(opts)        -- validates the client's security options (raises on misuse)
+--   sasl.authenticate(conn)              -- after ApiVersions: SaslHandshake + SaslAuthenticate
+--   sasl.maybe_reauthenticate(conn)      -- before a send: KIP-368 re-authentication when due
+--
+-- Mechanisms are small state machines: m = MECH.new(settings); the client
+-- sends m:start(), then m:step(server_bytes) returns the next client bytes,
+-- true when the exchange is complete, or nil, err. PLAIN (RFC 4616),
+-- SCRAM-SHA-256/512 (RFC 5802, RFC 7677; SHA-1 too for the RFC's test
+-- vector), OAUTHBEARER (RFC 7628, Kafka's KIP-255/KIP-342 framing).
+--
+-- Errors are nil, message, code: "auth" for a refused authentication (the
+-- message names the mechanism and the broker's words), "ssl" for TLS.
+local proto = require "kafka.proto"
+local ksocket = require "kafka.socket"
+
+local crypto = proto.crypto
+local errors = proto.errors
+local math, string, table, io = math, string, table, io
+local error, ipairs, pairs, pcall, setmetatable = error, ipairs, pairs, pcall, setmetatable
+local tostring, tonumber, type = tostring, tonumber, type
+
+local _M = {}
+
+local HANDSHAKE, AUTHENTICATE = 17, 36
+local PROTOCOLS = { PLAINTEXT = { false, false }, SSL = { true, false }, SASL_PLAINTEXT = { false, true },
+                    SASL_SSL = { true, true } }
+local KNOWN = { sasl_mechanism = true, sasl_username = true, sasl_password = true, sasl_oauthbearer_token = true,
+                ssl_ca_location = true, ssl_certificate_location = true, ssl_key_location = true,
+                ssl_key_password = true, ssl_endpoint_identification = true }
+local MECHANISMS = { PLAIN = true, ["SCRAM-SHA-256"] = true, ["SCRAM-SHA-512"] = true, OAUTHBEARER = true }
+
+---------------------------------------------------------------- options
+
+local function fail_opt(name, msg) error("kafka.client.new: " .. name .. " " .. msg, 4) end
+
+local function opt_string(opts, name)
+  local v = opts[name]
+  if v ~= nil and (type(v) ~= "string" or v == "") then fail_opt(name, "must be a non-empty string") end
+  return v
+end
+
+local function opt_file(opts, name)
+  local v = opt_string(opts, name)
+  if v then
+    local f, err = io.open(v, "rb")
+    if not f then fail_opt(name, "cannot be read: " .. tostring(err)) end
+    f:close()
+  end
+  return v
+end
+
+-- config(opts) -> the security settings every connection of a client
+-- shares, or nil for PLAINTEXT. Raises, naming the option, on misuse.
+function _M.config(opts)
+  local proto_name = opts.security_protocol
+  if proto_name ~= nil and type(proto_name) ~= "string" then fail_opt("security_protocol", "must be a string") end
+  proto_name = proto_name and proto_name:upper() or "PLAINTEXT"
+  local kind = PROTOCOLS[proto_name]
+  if not kind then
+    fail_opt("security_protocol", ("must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (got %q)"):format(proto_name))
+  end
+  local use_tls, use_sasl = kind[1], kind[2]
+  for k in pairs(opts) do
+    if type(k) == "string" then
+      if (k:match("^sasl_") or k:match("^ssl_")) and not KNOWN[k] then
+        fail_opt(k, "is not an option (a typo?)")
+      elseif k:match("^sasl_") and not use_sasl then
+        fail_opt(k, "is set but security_protocol is " .. proto_name .. " (SASL_PLAINTEXT or SASL_SSL use it)")
+      elseif k:match("^ssl_") and not use_tls then
+        fail_opt(k, "is set but security_protocol is " .. proto_name .. " (SSL or SASL_SSL use it)")
+      end
+    end
+  end
+  if not use_tls and not use_sasl then return nil end
+  local sec = { protocol = proto_name }
+  sec.now = ksocket.clock(opts)
+  if use_tls then
+    local tls = { protocol = proto_name }
+    tls.ca = opt_file(opts, "ssl_ca_location")
+    tls.certificate = opt_file(opts, "ssl_certificate_location")
+    tls.key = opt_file(opts, "ssl_key_location")
+    tls.key_password = opt_string(opts, "ssl_key_password")
+    if (tls.certificate == nil) ~= (tls.key == nil) then
+      fail_opt(tls.certificate and "ssl_key_location" or "ssl_certificate_location",
+        "is required with " .. (tls.certificate and "ssl_certificate_location" or "ssl_key_location"))
+    end
+    if tls.key_password and not tls.key then fail_opt("ssl_key_password", "needs ssl_key_location") end
+    local ident = opts.ssl_endpoint_identification
+    if ident == nil then ident = "https" end
+    if type(ident) ~= "string" then fail_opt("ssl_endpoint_identification", 'must be "https" or "none"') end
+    ident = ident:lower()
+    if ident ~= "https" and ident ~= "none" and ident ~= "" then
+      fail_opt("ssl_endpoint_identification", ('must be "https" or "none" (got %q)'):format(ident))
+    end
+    tls.verify_host = ident == "https"
+    sec.tls = tls
+  end
+  if use_sasl then
+    local mech = opts.sasl_mechanism
+    if mech == nil then
+      fail_opt("sasl_mechanism", "is required with " .. proto_name .. " (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)")
+    end
+    if type(mech) ~= "string" or not MECHANISMS[mech:upper()] then
+      fail_opt("sasl_mechanism", ("must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (got %s)"):format(
+        tostring(mech)))
+    end
+    mech = mech:upper()
+    local s = { mechanism = mech }
+    if mech == "OAUTHBEARER" then
+      if type(opts.sasl_oauthbearer_token) ~= "function" then
+        fail_opt("sasl_oauthbearer_token", "must be a function returning token, lifetime_ms [, extensions]")
+      end
+      if opts.sasl_username ~= nil or opts.sasl_password ~= nil then
+        fail_opt(opts.sasl_username ~= nil and "sasl_username" or "sasl_password",
+          "is not used by OAUTHBEARER (sasl_oauthbearer_token gives the token)")
+      end
+      s.token_fn = opts.sasl_oauthbearer_token
+    else
+      if opts.sasl_oauthbearer_token ~= nil then
+        fail_opt("sasl_oauthbearer_token", "is only used with sasl_mechanism OAUTHBEARER")
+      end
+      if type(opts.sasl_username) ~= "string" or opts.sasl_username == "" then
+        fail_opt("sasl_username", "is required with " .. mech .. " (a non-empty string)")
+      end
+      if type(opts.sasl_password) ~= "string" then
+        fail_opt("sasl_password", "is required with " .. mech .. " (a string)")
+      end
+      s.username, s.password = opts.sasl_username, opts.sasl_password
+    end
+    sec.sasl = s
+  end
+  return sec
+end
+
+---------------------------------------------------------------- mechanisms
+
+local b64, unb64 = crypto.b64_encode, crypto.b64_decode
+
+-- PLAIN (RFC 4616): one message, authzid empty.
+local plain = {}
+plain.__index = plain
+function plain.new(s) return setmetatable({ s = s }, plain) end
+function plain:start() return "\0" .. self.s.username .. "\0" .. self.s.password end
+function plain.step() return true end
+
+-- SCRAM (RFC 5802): client-first, server-first, client-final, server-final.
+local scram = {}
+scram.__index = scram
+local SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS = 4096, 1000000
+
+local function saslname(u) return (u:gsub("=", "=3D"):gsub(",", "=2C")) end
+
+-- new(settings, alg, opts): opts.nonce fixes the client nonce (tests only)
+function scram.new(s, alg, opts)
+  local nonce = opts and opts.nonce or b64(crypto.random_bytes(24))
+  return setmetatable({ s = s, alg = alg, nonce = nonce, state = "first" }, scram)
+end
+
+function scram:start()
+  self.first_bare = "n=" .. saslname(self.s.username) .. ",r=" .. self.nonce
+  return "n,," .. self.first_bare
+end
+
+local function attrs(msg)
+  local t = {}
+  for k, v in msg:gmatch("([%a])=([^,]*)") do
+    if t[k] == nil then t[k] = v end
+  end
+  return t
+end
+
+function scram:step(msg)
+  local alg = self.alg
+  if self.state == "first" then
+    local a = attrs(msg)
+    if a.e then return nil, "server error: " .. a.e end
+    local r, salt, i = a.r, a.s and unb64(a.s), tonumber(a.i)
+    if not r or not salt or not i then return nil, "malformed server-first-message" end
+    if r:sub(1, #self.nonce) ~= self.nonce or #r <= #self.nonce then
+      return nil, "the server nonce does not extend the client nonce"
+    end
+    if i < SCRAM_MIN_ITERATIONS or i > SCRAM_MAX_ITERATIONS or i ~= math.floor(i) then
+      return nil, ("iteration count %s outside %d-%d"):format(a.i, SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS)
+    end
+    local salted = crypto.pbkdf2(alg, self.s.password, salt, i)
+    local client_key = crypto.hmac(alg, salted, "Client Key")
+    local stored_key = crypto.digest(alg, client_key)
+    local without_proof = "c=biws,r=" .. r -- biws: base64("n,,")
+    local auth_message = self.first_bare .. "," .. msg .. "," .. without_proof
+    local proof = crypto.xor(client_key, crypto.hmac(alg, stored_key, auth_message))
+    self.server_signature = crypto.hmac(alg, crypto.hmac(alg, salted, "Server Key"), auth_message)
+    self.state = "final"
+    return without_proof .. ",p=" .. b64(proof)
+  elseif self.state == "final" then
+    local a = attrs(msg)
+    if a.e then return nil, "server error: " .. a.e end
+    local v = a.v and unb64(a.v)
+    if not v then return nil, "malformed server-final-message" end
+    if v ~= self.server_signature then
+      return nil, "the server signature is wrong: the broker does not know the password (or the exchange was tampered with)"
+    end
+    self.state = "done"
+    return true
+  end
+  return nil, "SCRAM exchange already complete"
+end
+
+-- OAUTHBEARER (RFC 7628): the GS2 header, auth=Bearer <token>, then the
+-- extensions, each \1-separated. A non-empty server reply is the error
+-- JSON: answered with \1, after which the broker fails the exchange.
+local oauth = {}
+oauth.__index = oauth
+function oauth.new(s, _, opts) return setmetatable({ s = s, token = opts.token, ext = opts.extensions }, oauth) end
+function oauth:start()
+  local parts = { "n,,", "auth=Bearer " .. self.token }
+  local keys = {}
+  for k in pairs(self.ext or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. tostring(self.ext[k]) end
+  return table.concat(parts, "\1") .. "\1\1"
+end
+function oauth:step(msg)
+  if msg and #msg > 0 and not self.server_error then
+    self.server_error = msg
+    return "\1"
+  end
+  if self.server_error then return nil, "broker refused the token: " .. self.server_error end
+  return true
+end
+
+local ALGS = { ["SCRAM-SHA-256"] = "sha256", ["SCRAM-SHA-512"] = "sha512", ["SCRAM-SHA-1"] = "sha1" }
+
+-- mechanism(name, settings, opts) -> a new state machine (also for specs:
+-- opts.nonce for SCRAM, opts.token / opts.extensions for OAUTHBEARER)
+function _M.mechanism(name, s, opts)
+  if name == "PLAIN" then return plain.new(s) end
+  if ALGS[name] then return scram.new(s, ALGS[name], opts) end
+  if name == "OAUTHBEARER" then return oauth.new(s, nil, opts or {}) end
+  error("unknown SASL mechanism " .. tostring(name), 2)
+end
+
+---------------------------------------------------------------- tokens
+
+local EXT_KEY, EXT_VALUE = "^%a+$", "^[\33-\126 \t\r\n]*$"
+
+-- The OAUTHBEARER token, refreshed once 80% of its lifetime has passed.
+local function token(s, now)
+  local t = now()
+  if s.tok and t < s.tok_refresh then return s.tok, s.tok_ext end
+  local ok, tok, lifetime, ext = pcall(s.token_fn)
+  if not ok then return nil, "sasl_oauthbearer_token raised: " .. tostring(tok) end
+  if type(tok) ~= "string" or tok == "" then
+    return nil, "sasl_oauthbearer_token returned no token" .. (lifetime and (": " .. tostring(lifetime)) or "")
+  end
+  if tok:find("[%c ]") then return nil, "sasl_oauthbearer_token: the token has a space or a control byte" end
+  lifetime = tonumber(lifetime)
+  if not lifetime or lifetime <= 0 then return nil, "sasl_oauthbearer_token must return the token's lifetime_ms (> 0)" end
+  if ext ~= nil and type(ext) ~= "table" then return nil, "sasl_oauthbearer_token: extensions must be a table" end
+  for k, v in pairs(ext or {}) do
+    if type(k) ~= "string" or not k:match(EXT_KEY) or k == "auth" or not tostring(v):match(EXT_VALUE) then
+      return nil, "sasl_oauthbearer_token: bad extension " .. tostring(k)
+    end
+  end
+  s.tok, s.tok_ext, s.tok_refresh, s.tok_expiry = tok, ext, t + lifetime * 0.8, t + lifetime
+  return tok, ext
+end
+
+---------------------------------------------------------------- the exchange
+
+local function auth_fail(conn, msg)
+  conn:close(msg)
+  return nil, msg, "auth"
+end
+
+-- Legacy framing (SaslHandshake v0 without SaslAuthenticate, Kafka 0.10.0-0.10.x
+-- and pre-0.10 brokers): raw size-prefixed tokens on the socket.
+local function raw_round(conn, bytes)
+  local sock = conn.sock
+  local n = #bytes
+  local head = string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256, math.floor(n / 256) % 256, n % 256)
+  sock:settimeout(conn.request_timeout_ms)
+  local ok, err = sock:send(head .. bytes)
+  if not ok then return nil, "send failed: " .. tostring(err) end
+  local h
+  h, err = sock:receive(4)
+  if not h then return nil, "receive failed: " .. tostring(err) .. " (a refused authentication closes the connection)" end
+  local total = proto.frame_length(h)
+  local len = (total or 0) - 4
+  if not total or len < 0 or len > 1048576 then return nil, "bad SASL token size" end
+  if len == 0 then return "" end
+  return sock:receive(len)
+end
+
+-- One exchange with the broker. reauth: a KIP-368 re-authentication on a
+-- connection that may have requests in flight (their responses are read
+-- ahead and kept by conn:receive).
+local function exchange(conn, reauth)
+  local sec = conn.security
+  local s = sec.sasl
+  local mech_name = s.mechanism
+  local who = ("%s: SASL %s"):format(conn:name(), mech_name)
+  local hv, err = conn:version(HANDSHAKE)
+  if not hv then
+    if conn.broker_versions == false then hv = 0 else return auth_fail(conn, who .. ": " .. tostring(err)) end
+  end
+  local av = conn.broker_versions and conn.broker_versions[AUTHENTICATE] and conn:version(AUTHENTICATE)
+  if hv < 1 then av = nil end -- v0 handshake: raw tokens follow
+  if reauth and not av then return true end -- KIP-368 needs SaslAuthenticate v1+
+  local opts
+  if mech_name == "OAUTHBEARER" then
+    local tok, ext = token(s, sec.now)
+    if not tok then return auth_fail(conn, who .. ": " .. tostring(ext)) end
+    opts = { token = tok, extensions = ext }
+  end
+  local mech = _M.mechanism(mech_name, s, opts)
+
+  local corr, code
+  corr, err, code = conn:send(HANDSHAKE, hv, { mechanism = mech_name })
+  if not corr then return nil, who .. ": " .. tostring(err), code end
+  local resp
+  resp, err, code = conn:receive(corr)
+  if not resp then return nil, who .. ": SaslHandshake: " .. tostring(err), code end
+  if resp.error_code ~= 0 then
+    local e = errors.info(resp.error_code)
+    return auth_fail(conn, ("%s: the broker refused the mechanism: %s (enabled: %s)"):format(who, e.name,
+      table.concat(resp.mechanisms or {}, ", ")))
+  end
+
+  local msg = mech:start()
+  local lifetime
+  while true do
+    local server
+    if av then
+      corr, err, code = conn:send(AUTHENTICATE, av, { auth_bytes = msg })
+      if not corr then return nil, who .. ": " .. tostring(err), code end
+      resp, err, code = conn:receive(corr)
+      if not resp then return nil, who .. ": SaslAuthenticate: " .. tostring(err), code end
+      if resp.error_code ~= 0 then
+        local e = errors.info(resp.error_code)
+        return auth_fail(conn, ("%s authentication failed: %s (%s)"):format(who,
+          tostring(resp.error_message or e.message), e.name))
+      end
+      server = resp.auth_bytes or ""
+      if resp.session_lifetime_ms and resp.session_lifetime_ms > 0 then lifetime = resp.session_lifetime_ms end
+    else
+      server, err = raw_round(conn, msg)
+      if not server then return auth_fail(conn, ("%s authentication failed: %s"):format(who, tostring(err))) end
+    end
+    local nxt
+    nxt, err = mech:step(server)
+    if nxt == true then break end
+    if not nxt then return auth_fail(conn, ("%s authentication failed: %s"):format(who, tostring(err))) end
+    msg = nxt
+  end
+  conn.sasl_authenticated = (conn.sasl_authenticated or 0) + 1
+  if lifetime then
+    -- re-authenticate at 85-95% of the session, as Kafka's Java client does
+    local t = sec.now()
+    conn.reauth_at = t + lifetime * (0.85 + 0.1 * math.random())
+    conn.session_end = t + lifetime
+    conn.session_lifetime_ms = lifetime
+  else
+    conn.reauth_at = nil
+  end
+  return true
+end
+
+-- authenticate(conn) -> true | nil, err, code: after ApiVersions on a new
+-- connection (nothing in flight).
+function _M.authenticate(conn)
+  local sec = conn.security
+  if not sec or not sec.sasl then return true end
+  conn._sasl_busy = true
+  local ok, err, code = exchange(conn, false)
+  conn._sasl_busy = false
+  return ok, err, code
+end
+
+-- maybe_reauthenticate(conn) -> true | nil, err, code: re-authenticates
+-- once the session is past its re-authentication time (KIP-368). Requests
+-- in flight keep going: their responses arrive first and wait in conn.
+function _M.maybe_reauthenticate(conn)
+  if conn._sasl_busy or not conn.reauth_at or not conn.sock then return true end
+  local t = conn.security.now()
+  if t < conn.reauth_at then return true end
+  if t >= conn.session_end then
+    -- an idle connection past its session: the broker closes it on the
+    -- next request, re-authentication included. Responses still due are
+    -- read first and kept; then a new connection authenticates afresh.
+    local kept = {}
+    while conn:in_flight() > 0 do
+      local head = conn.inflight[conn.first]
+      local body, err, code = conn:receive(head.corr)
+      if not body then return nil, err, code end
+      kept[head.corr] = body
+    end
+    for corr, body in pairs(conn.ready) do kept[corr] = body end
+    conn:close("SASL session expired")
+    local ok, err, code = conn:connect()
+    if not ok then return nil, err, code end
+    for corr, body in pairs(kept) do conn.ready[corr] = body end
+    conn.sasl_reconnected = (conn.sasl_reconnected or 0) + 1
+    return true
+  end
+  conn._sasl_busy = true
+  local ok, err, code = exchange(conn, true)
+  conn._sasl_busy = false
+  if ok then conn.sasl_reauthenticated = (conn.sasl_reauthenticated or 0) + 1 end
+  return ok, err, code
+end
+
+return _M
