@@ -16,6 +16,8 @@ LuaJIT/OpenResty.]],
 }
 dependencies = {
   "lua >= 5.1",
+  "luasocket", -- the default transport outside OpenResty (kafka.socket)
+  -- TLS outside OpenResty also needs luasec (security_protocol SSL, SASL_SSL)
 }
 external_dependencies = {
   ZLIB = { header = "zlib.h", library = "z" },
@@ -38,6 +40,13 @@ build = {
     ["kafka"] = "lua/kafka/init.lua",
     ["kafka.proto"] = "lua/kafka/proto.lua",
     ["kafka.errors"] = "lua/kafka/errors.lua",
+    ["kafka.check"] = "lua/kafka/check.lua",
+    ["kafka.socket"] = "lua/kafka/socket.lua",
+    ["kafka.sasl"] = "lua/kafka/sasl.lua",
+    ["kafka.connection"] = "lua/kafka/connection.lua",
+    ["kafka.client"] = "lua/kafka/client.lua",
+    ["kafka.producer"] = "lua/kafka/producer.lua",
+    ["kafka.consumer"] = "lua/kafka/consumer.lua",
     ["kafka.mock"] = "lua/kafka/mock.lua",
     ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
     ["kafka.mock.group"] = "lua/kafka/mock/group.lua",
