@@ -157,8 +157,8 @@ function _M:_ready(c, deadline)
   local t = self.now()
   local du = self.down_until[c]
   if du and t < du and not c.sock then
-    return nil, ("%s is down (%s); next attempt in %d ms"):format(c:name(), tostring(c.closed_reason or "unreachable"),
-      math.ceil(du - t)), "backoff"
+    local why = tostring(c.closed_reason or "unreachable")
+    return nil, ("%s is down (%s); next attempt in %d ms"):format(c:name(), why, math.ceil(du - t)), "backoff"
   end
   local ok, err, code = c:connect(deadline)
   if not ok then

@@ -151,6 +151,40 @@ end
 
 local unknown_cache = setmetatable({}, { __mode = "v" })
 
+-- The library's own error codes, the third value of `nil, message, code`
+-- (Kafka's codes above are data inside responses): one list, the README's
+-- table of error codes shows the same (spec/error_codes_spec.lua checks
+-- both against each other and against the code strings in lua/kafka/).
+_M.codes = {
+  -- the codec (kafka.proto)
+  incomplete = "the frame is shorter than its size prefix: read more",
+  corrupt = "bytes that cannot be valid (a bad batch, a broken frame, a corrupt fetch)",
+  unsupported = "an api or version one side does not have",
+  limit = "a configured limit: decompressed size, receive_message_max_bytes",
+  nomem = "out of memory",
+  -- I/O
+  network = "connect, send or receive failed; the connection is replaced",
+  timeout = "a deadline passed: the request's own, or the caller's (flush, poll, default_api_timeout_ms)",
+  protocol = "a peer broke the protocol: wrong correlation id, undecodable frame, missing result",
+  closed = "the connection was closed while the request was in flight",
+  backoff = "the broker is in its reconnect backoff: nothing was tried",
+  auth = "SASL authentication refused (the message names the mechanism and the broker's text)",
+  ssl = "TLS failed: untrusted certificate, host name mismatch, missing client certificate, TLS/plaintext mix-up",
+  -- Kafka errors and cluster state
+  kafka = "a non-retriable Kafka error (the Kafka error code is the fourth value)",
+  retriable = "a retriable Kafka error that outlived its retries",
+  metadata = "a broker id the metadata does not list",
+  unknown_topic = "the cluster does not have the topic",
+  unknown_partition = "the topic does not have the partition",
+  -- producer and consumer
+  too_large = "a message larger than max_message_bytes",
+  buffer_full = "the producer's buffer is full (flush_on_full = false, or in nginx)",
+  invalid = "an argument the operation cannot use now (a partition not assigned, 'committed' without a group_id)",
+  offset_out_of_range = "the position is outside the log and auto_offset_reset is \"error\"",
+  no_offset = "no committed offset to start from",
+  internal = "a bug in lua-kafka: please report it",
+}
+
 -- info(code) -> the entry for any code: unknown codes get a synthetic,
 -- non-retriable entry so callers never index nil.
 function _M.info(code)
