@@ -139,7 +139,7 @@ corpus: all
 # The bulk client specs run 10,000 messages per codec here instead of 100,000.
 valgrind: all $(MOCKBROKER)
 	$(MAKE) LUA=luajit all
-	SPEC_BULK_N=10000 KAFKA_VERSIONS=$(SANITIZE_KAFKA) $(TEST_ENV) $(WITH_BROKERS) valgrind --quiet \
+	SPEC_BULK_N=10000 SOAK_N=20000 KAFKA_VERSIONS=$(SANITIZE_KAFKA) $(TEST_ENV) $(WITH_BROKERS) valgrind --quiet \
 	  --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
 	  lua5.4 $(BUSTED) spec
 
