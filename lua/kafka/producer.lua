@@ -437,10 +437,10 @@ function _M:_send_round(deadline, linger)
 end
 
 -- Reads the answers in flight until the deadline (now: only those already
--- there) and settles their batches.
+-- there) and settles their batches: how many requests were settled.
 function _M:_collect(deadline)
   local in_flight = self.in_flight
-  local i = 1
+  local i, n = 1, #in_flight
   while in_flight[i] do
     local s = in_flight[i]
     local resp, err, code = s.conn:receive(s.corr, deadline)
@@ -451,6 +451,7 @@ function _M:_collect(deadline)
       self:_settle(s, resp, err, code)
     end
   end
+  return n - #in_flight
 end
 
 -- Waits for the oldest answer in flight until `until_t`, settles it when it came.
@@ -718,6 +719,7 @@ end
 
 local PCOUNT_MS = 10000 -- the sender re-reads cached partition counts this often
 local IDLE_S = 1        -- an idle sender looks at the worker's state this often
+local IDLE_EXIT_MS = 30000 -- and ends after this long idle (the next send starts it again)
 local SLICE_MS = 20     -- waiting on answers, the sender looks at new work this often
 
 local semaphore
@@ -726,6 +728,7 @@ local live = setmetatable({}, { __mode = "k" }) -- background producers of this 
 local function exiting()
   return ngx.worker.exiting()
 end
+local watch_exit
 
 function _M:_bg_init(client)
   if not semaphore then semaphore = require "ngx.semaphore" end
@@ -750,6 +753,24 @@ end
 
 local bg_timer
 
+-- One pending timer per worker: it runs at once ("premature") when the
+-- worker starts exiting and wakes every sender to drain.
+local watching = false
+local function watcher(premature)
+  watching = false
+  if premature then
+    for p in pairs(live) do p:_bg_wake() end
+    return
+  end
+  for p in pairs(live) do
+    if p.running then return watch_exit() end
+  end
+end
+watch_exit = function()
+  if watching or exiting() then return end
+  watching = ngx.timer.at(3600, watcher) and true or false
+end
+
 function _M:_bg_start(delay)
   if self.running then return true end
   if self.closed then return nil, "producer closed" end
@@ -757,20 +778,7 @@ function _M:_bg_start(delay)
   if not ok then return nil, "cannot start the producer's sender: " .. tostring(err) end
   self.running = true
   self.sender_state = "starting"
-  if not self.watching then
-    -- a pending timer runs at once ("premature") when the worker starts
-    -- exiting: it wakes the sender to drain
-    local watch
-    watch = function(premature)
-      if premature then
-        self.watching = false
-        self:_bg_wake()
-        return
-      end
-      if not ngx.timer.at(3600, watch) then self.watching = false end
-    end
-    self.watching = ngx.timer.at(3600, watch) and true or false
-  end
+  watch_exit()
   return true
 end
 
@@ -960,6 +968,8 @@ function _M:_bg_loop()
     if self.nbuf == 0 then
       self:_bg_notify()
       if drain_until then break end
+      if self.sender_state ~= "idle" then self.idle_since = now end
+      if now - self.idle_since >= IDLE_EXIT_MS then break end
       self.sender_state = "idle"
       self.sleeping = true
       sema:wait(IDLE_S)
@@ -969,7 +979,9 @@ function _M:_bg_loop()
       self.sender_state = "sending"
       self:_send_round(drain_until, not urgent and self.linger_ms or nil)
       local wake = self.bg_wake
-      self:_collect(client.now())
+      -- answers settled: their partitions' next batches are looked at again at once
+      local settled = self:_collect(client.now()) > 0
+      if settled then wake = 0 end
       self:_bg_notify()
       now = client.now()
       if drain_until and now >= drain_until and self.nbuf > 0 then
@@ -983,7 +995,10 @@ function _M:_bg_loop()
       if self.nbuf > 0 then
         if next(self.pending) then wake = math.min(wake, now + self.retry_backoff_ms) end
         if drain_until and drain_until < wake then wake = drain_until end
-        if self.in_flight[1] then
+        if wake <= now then
+          -- go round again; without progress, let nginx run first (a zero backoff must not spin)
+          if not settled then ngx.sleep(0.001) end
+        elseif self.in_flight[1] then
           self.sender_state = "waiting"
           if wake > now + SLICE_MS then wake = now + SLICE_MS end
           self:_wait_one(math.max(wake, now))
