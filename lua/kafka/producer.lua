@@ -1137,11 +1137,13 @@ function _M:_bg_close(timeout_ms)
   return reports, failed, delivered, cb_errors
 end
 
+local EXIT_STOP_MS = 800
+
 -- exit_worker(): for exit_worker_by_lua. After a fast stop (nginx -s stop,
 -- SIGTERM: timers never run again) every background producer of the worker
 -- sends what is still buffered through luasocket, blocking, within its
--- exit_flush_timeout_ms (without luasocket, or past the deadline, the
--- messages are reported failed). After a graceful exit the senders have
+-- exit_flush_timeout_ms but at most EXIT_STOP_MS (without luasocket, or
+-- past the deadline, the messages are reported failed). After a graceful exit the senders have
 -- drained already and nothing is left.
 function _M.exit_worker()
   for p in pairs(live) do
@@ -1164,7 +1166,8 @@ function _M:_exit_drain()
     local o = setmetatable({ now = function() return ls.gettime() * 1000 end,
       sleep = function(ms) ls.sleep(ms / 1000) end, socket = ksocket.luasocket_tcp }, { __index = self.parent.opts })
     self.client = client_mod.new(o)
-    local deadline = self.client.now() + self.exit_flush_timeout_ms
+    -- nginx's master kills a worker about a second after TERM
+    local deadline = self.client.now() + math.min(self.exit_flush_timeout_ms, EXIT_STOP_MS)
     while next(self.pending) and self.client.now() < deadline do
       if not self:_bg_partition(self.client.now()) then ls.sleep(self.retry_backoff_ms / 1000) end
     end
