@@ -37,6 +37,8 @@ function _M.init_worker()
       if r.err then ngx.log(ngx.ERR, "kafka: message ", r.id, " to ", r.topic, " failed: ", r.err) end
     end,
   })
+  -- every worker publishes its producer's state for /stats (any worker answers it)
+  assert(ngx.timer.every(0.5, _M.publish))
   if CONSUME and ngx.worker.id() == 0 then
     assert(ngx.timer.at(0, _M.consume, CONSUME))
   end
@@ -105,15 +107,26 @@ function _M.consume(premature, topic)
   end
 end
 
--- GET /stats: this worker's producer and the consumer's count.
-function _M.stats()
+local function line()
   local s = producer:stats()
+  return ("pid=%d state=%s buffered=%d in_flight=%d transport=%s background=%s"):format(ngx.worker.pid(), s.state,
+    s.buffered, s.in_flight, tostring(s.transport), tostring(s.background))
+end
+
+function _M.publish(premature)
+  if premature then return end
+  ngx.shared.kafka_stats:set("worker:" .. ngx.worker.pid(), line(), 2) -- gone 2 s after its worker
+end
+
+-- GET /stats: this worker's producer, every worker's (as published), the consumer's count.
+function _M.stats()
   local dict = ngx.shared.kafka_stats
   local topic = topic_of(ngx.var.arg_topic)
-  ngx.say("pid=", ngx.worker.pid(), " state=", s.state, " buffered=", s.buffered, " in_flight=", s.in_flight,
-    " transport=", tostring(s.transport), " background=", tostring(s.background),
-    " consumed=", tonumber(dict:get("consumed:" .. topic)) or 0,
+  ngx.say(line(), " consumed=", tonumber(dict:get("consumed:" .. topic)) or 0,
     " consumer_transport=", tostring(dict:get("consumer_transport")))
+  for _, k in ipairs(dict:get_keys(100)) do
+    if k:match("^worker:") then ngx.say("worker ", dict:get(k) or "gone") end
+  end
 end
 
 return _M
