@@ -55,6 +55,17 @@ collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s e2e-lua- %d %d 100"):form
 collect("rdkafka", lines(("%s/build/bench/rdkafka_bench %s e2e-rdk- %d %d 100"):format(ROOT, m.bootstrap, E2E_N, E2E_RUNS)))
 m:stop()
 
+-- Inside nginx (bench/nginx.lua): requests per second of a location that
+-- sends one 200-byte message beside the same location without Kafka, and
+-- the producer's rate in nginx beside plain LuaJIT (BENCH_NGINX=0 skips it).
+local NGINX = os.getenv("BENCH_NGINX") ~= "0"
+if NGINX then
+  io.stderr:write("inside nginx (wrk, 20 connections) and plain LuaJIT ...\n")
+  local envn = ("BENCH_ROOT='%s' LUA_PATH='%s/lua/?.lua;%s/lua/?/init.lua;%s/spec/?.lua;;' LUA_CPATH='%s/build/lua5.4/?.so;;'")
+    :format(ROOT, ROOT, ROOT, ROOT, ROOT)
+  collect("nginx", lines(envn .. " lua5.4 " .. ROOT .. "/bench/nginx.lua"))
+end
+
 -- End to end against one real Kafka broker (full JIT, 1 GiB heap), lua-kafka
 -- beside Kafka's Java client in the same run: 1,000,000 x 100 B and
 -- 100,000 x 1 KiB, uncompressed, lz4 and zstd, topics of 6 partitions.
@@ -135,6 +146,25 @@ if REAL then
   end
 end
 
+local ngx_rows = {}
+if NGINX then
+  local function r(k) return (results[k] or {}).nginx end
+  local plain, with = r("nginx_rps 200 plain"), r("nginx_rps 200 kafka")
+  local function K(x) return x and ("%.1f k"):format(x / 1e3) or "-" end
+  ngx_rows[#ngx_rows + 1] = ("| requests/s, a content_by_lua location without Kafka | %s req/s | |"):format(K(plain))
+  ngx_rows[#ngx_rows + 1] = ("| requests/s, the same location sending one 200 B message | %s req/s | %s of the plain rate |")
+    :format(K(with), ratio(with, plain))
+  local lua54 = (results["produce 100 none"] or {}).lua54
+  local bg, sync, jit = r("produce 100 nginx_bg"), r("produce 100 nginx_sync"), r("produce 100 luajit")
+  ngx_rows[#ngx_rows + 1] = ("| producer %d x 100 B, background mode in nginx (the sender timer) | %s msg/s | %s of plain LuaJIT |")
+    :format(E2E_N, M(bg), ratio(bg, jit))
+  ngx_rows[#ngx_rows + 1] = ("| producer %d x 100 B, synchronous in a content handler | %s msg/s | %s of plain LuaJIT |")
+    :format(E2E_N, M(sync), ratio(sync, jit))
+  ngx_rows[#ngx_rows + 1] = ("| producer %d x 100 B, plain LuaJIT (bench/e2e.lua) | %s msg/s | |"):format(E2E_N, M(jit))
+  ngx_rows[#ngx_rows + 1] = ("| producer %d x 100 B, plain Lua 5.4 (bench/e2e.lua) | %s msg/s | %s of plain LuaJIT |")
+    :format(E2E_N, M(lua54), ratio(lua54, jit))
+end
+
 local cpu = lines("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"):gsub("^%s+", ""):gsub("%s+$", "")
 local header = ([[
 # lua-kafka benchmarks
@@ -154,6 +184,17 @@ t[#t + 1] = ""
 t[#t + 1] = "| end to end | lua-kafka (Lua 5.4) | librdkafka 2.0.2 | ratio |"
 t[#t + 1] = "|---|---|---|---|"
 for _, r in ipairs(e2e) do t[#t + 1] = r end
+if NGINX then
+  t[#t + 1] = ""
+  t[#t + 1] = "Inside nginx (Debian's nginx 1.22 + lua-nginx-module 0.10.23, LuaJIT 2.1, 1 worker, the"
+  t[#t + 1] = "examples/openresty config: a per-worker producer, linger_ms 20, acks=all) against the same mock:"
+  t[#t + 1] = "requests/s by wrk (1 thread, 20 keep-alive connections, 5 s per run after a 2 s warm-up, median"
+  t[#t + 1] = "of 3); producer rates are acks=all, first send to flush, 200 partitions (bench/nginx.lua):"
+  t[#t + 1] = ""
+  t[#t + 1] = "| in nginx | rate | ratio |"
+  t[#t + 1] = "|---|---|---|"
+  for _, r in ipairs(ngx_rows) do t[#t + 1] = r end
+end
 if REAL then
   t[#t + 1] = ""
   t[#t + 1] = "Against one real Apache Kafka broker (KRaft, full JIT, 1 GiB heap, topics of 6 partitions), lua-kafka at"

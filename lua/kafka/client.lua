@@ -125,7 +125,27 @@ function _M.new(opts)
     sleep = sleep,
     cluster_id = nil,
     controller_id = nil,
+    transports = {},     -- kind ("cosocket", "luasocket", "custom") -> sockets its connections opened
   }, mt)
+end
+
+-- clone() -> a new client with the same options and nothing else: its own
+-- connections and metadata cache (in nginx a producer's background sender
+-- works through one, so no connection is shared with request handlers or
+-- other timers).
+function _M:clone()
+  return _M.new(self.opts)
+end
+
+-- transport() -> "cosocket", "luasocket", "custom" (several joined by "+")
+-- or nil: the kind of every socket this client's connections actually
+-- opened (checked on the socket objects), and the counts by kind.
+function _M:transport()
+  local kinds = {}
+  for k in pairs(self.transports) do kinds[#kinds + 1] = k end
+  if #kinds == 0 then return nil, self.transports end
+  table.sort(kinds)
+  return table.concat(kinds, "+"), self.transports
 end
 
 function _M:_new_conn(host, port, node_id)
@@ -136,6 +156,7 @@ function _M:_new_conn(host, port, node_id)
     receive_message_max_bytes = o.receive_message_max_bytes, now = self.now,
     socket = o.socket, api_versions = o.api_versions, max_versions = o.max_versions,
     security = self.security,
+    transports = self.transports,
   }
 end
 

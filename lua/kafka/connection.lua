@@ -84,6 +84,9 @@ function _M.new(opts)
     neg = nil,       -- the ApiVersions negotiation in progress on this socket
     broker_versions = nil, -- api key -> {min, max}; false: the broker has no ApiVersions
     closed_reason = nil,
+    transport = nil, -- what the last socket opened was: "cosocket", "luasocket" or "custom"
+    transports = opts.transports, -- kind -> sockets opened (a table shared by a client's connections)
+    owner = nil,     -- in nginx, the request or timer that opened the cosocket
   }, mt)
 end
 
@@ -94,9 +97,12 @@ end
 -- close(reason): drops the socket; every request in flight fails with reason.
 function _M:close(reason)
   if self.sock then
-    self.sock:close()
+    -- a cosocket of another request or timer cannot even be closed from
+    -- here: nginx closes it when that one ends
+    if not self.owner or self.owner == ksocket.context() then self.sock:close() end
     self.sock = nil
   end
+  self.owner = nil
   self.closed_reason = reason or "closed"
   self.inflight, self.first, self.last = {}, 1, 0
   self.ready = {}
@@ -272,6 +278,10 @@ function _M:_open(deadline)
     return nil, ("connect to %s failed: %s"):format(self:name(), tostring(err)), "ssl"
   end
   self.sock = sock
+  local kind = ksocket.kind(sock)
+  self.transport = kind
+  if self.transports then self.transports[kind] = (self.transports[kind] or 0) + 1 end
+  self.owner = kind == "cosocket" and ksocket.context() or nil
   self.closed_reason = nil
   self.inflight, self.first, self.last, self.ready, self.noreply = {}, 1, 0, {}, {}
   self.rd, self.clean_close = nil, nil
@@ -301,12 +311,28 @@ function _M:_probe_old(deadline)
   return true
 end
 
+-- A cosocket belongs to the nginx request or timer that opened it: used
+-- from another one it raises "bad request". An idle connection opened by
+-- another context is dropped here (nginx closes its socket when that
+-- context ends) and the next call opens a new one in this context; one
+-- with requests in flight for another context is misuse and raises.
+function _M:_check_owner()
+  local owner = self.owner
+  if not owner or owner == ksocket.context() then return end
+  if self.first <= self.last or self.rd or self.neg then
+    error(("kafka: %s is in use by another nginx request or timer (a cosocket belongs to the one that opened it: "
+      .. "give each timer its own client; a producer in background mode has its own connections)"):format(self:name()), 3)
+  end
+  self:close("opened by another nginx request or timer")
+end
+
 -- connect([deadline]) -> true | nil, err, code. Opens the socket and
 -- negotiates versions on every new socket (a broker can be upgraded or
 -- replaced between connections). With a deadline that passes during the
 -- negotiation, nil, err, "timeout" with the negotiation left in flight: the
 -- next connect() goes on with it.
 function _M:connect(deadline)
+  if self.owner then self:_check_owner() end
   if self.sock and not self.neg then return true end
   deadline = deadline or math.huge
   local ok, err, code
@@ -402,6 +428,7 @@ end
 -- opts.decode: decode options for the response; opts.raw: receive()
 -- returns the frame after the correlation id, undecoded.
 function _M:send(api, version, body, opts)
+  if self.owner then self:_check_owner() end
   local deadline = opts and opts.deadline
   if not self:is_connected() then
     local ok, err, code = self:connect(deadline)
@@ -433,6 +460,7 @@ end
 -- for their receive(). When the deadline passes before the answer:
 -- nil, err, "timeout" and the request stays in flight (see waiting()).
 function _M:receive(corr, deadline)
+  if self.owner then self:_check_owner() end
   local body = self.ready[corr]
   if body ~= nil then
     self.ready[corr] = nil
@@ -501,6 +529,7 @@ end
 -- request(api, body [, opts]) -> body | nil, err, code: send + receive at
 -- the negotiated version (opts.version forces one; opts.deadline bounds it).
 function _M:request(api, body, opts)
+  if self.owner then self:_check_owner() end
   local deadline = opts and opts.deadline
   if not self:is_connected() then
     local ok, err, code = self:connect(deadline)

@@ -22,18 +22,40 @@
 -- failed messages' reports, and successes are just counted - the fast path
 -- for high volumes).
 --
+-- background (default: true inside nginx when the client uses cosockets,
+-- false elsewhere): see "In nginx" below; exit_flush_timeout_ms (5000).
+--
 -- Delivery is at least once: a request whose response is lost is retried,
 -- so a retried batch can be written twice. Retries never reorder messages
 -- within a partition: one batch per partition is in flight at a time.
+--
+-- In nginx (background mode) the network I/O runs in one background timer
+-- per producer and worker, the sender, which owns every connection it uses
+-- (a private clone of the client: no cosocket is shared with request
+-- handlers or other timers). send() from any phase only validates,
+-- partitions (with the cached partition count; messages of a topic whose
+-- count is not known yet wait unpartitioned for the sender) and buffers,
+-- then wakes the sender; it never does I/O and never yields. A full buffer
+-- is nil, err, "buffer_full" at once. The sender sends each partition's
+-- batch when it is full or linger_ms old, pipelines, retries, and calls
+-- on_delivery. flush() (where nginx can yield) waits until everything sent
+-- before it is settled. At worker exit (reload, quit) the sender sends
+-- what is buffered within exit_flush_timeout_ms and reports the rest
+-- failed (on_delivery and the error log); _M.exit_worker() in
+-- exit_worker_by_lua does the same on a fast stop. States (p:state()):
+-- "starting", "idle", "lingering", "sending", "waiting", "backoff",
+-- "draining", "stopped", "crashed"; "sync" outside background mode.
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 local check = require "kafka.check"
+local ksocket = require "kafka.socket"
+local ngx = ngx -- luacheck: ignore (nil outside OpenResty)
 
 local errors = proto.errors
 local PRODUCE = proto.api.Produce
 local math, table, debug = math, table, debug
-local setmetatable, tostring, type, ipairs, pairs, error, xpcall = setmetatable, tostring, type, ipairs, pairs,
-  error, xpcall
+local setmetatable, tostring, type, ipairs, pairs, error, xpcall, next, pcall, require = setmetatable, tostring,
+  type, ipairs, pairs, error, xpcall, next, pcall, require
 
 local _M = {}
 local mt = { __index = _M }
@@ -53,7 +75,10 @@ function _M.new(client_or_opts, opts)
   end
   check.typed(WHERE, "on_delivery", opts.on_delivery, nil, "function")
   local backoff = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0)
-  return setmetatable({
+  local bg = check.bool(WHERE, "background", opts.background, nil)
+  if bg == nil then bg = ksocket.in_nginx() and client.opts.socket == nil end
+  if bg and not ksocket.in_nginx() then error(WHERE .. ": background = true needs nginx (lua-nginx-module)", 2) end
+  local p = setmetatable({
     client = client,
     own_client = own,
     acks = check.oneof(WHERE, "acks", opts.acks, -1, { -1, 0, 1 }),
@@ -89,10 +114,17 @@ function _M.new(client_or_opts, opts)
     delivered = 0,
     callback_errors = 0,
     in_flight = {},     -- Produce requests sent, answers not read yet (oldest first)
-    pcount = {},        -- topic -> partition count (cached for 4096 sends)
+    pcount = {},        -- topic -> partition count (cached for 4096 sends; in background mode for PCOUNT_MS)
     ptime = {},
     rng = math.random,
+    nfailed = 0,        -- failed messages since the last flush (background mode counts them here)
+    -- background mode
+    bg = bg,
+    exit_flush_timeout_ms = int(WHERE, "exit_flush_timeout_ms", opts.exit_flush_timeout_ms, 5000, 0),
+    sender_state = bg and "stopped" or "sync",
   }, mt)
+  if bg then p:_bg_init(client) end
+  return p
 end
 
 -- The record format the cluster takes: magic 2 from Produce v3 on.
@@ -162,6 +194,7 @@ function _M:send(topic, value, o)
   if size > self.max_message_bytes then
     return nil, ("message of %d bytes exceeds max_message_bytes (%d)"):format(size, self.max_message_bytes), "too_large"
   end
+  if self.bg then return self:_bg_send(topic, value, key, partition, headers, ts, size) end
   local nbuf = self.nbuf
   if nbuf > 0 then
     if nbuf >= self.max_buffered or self.nbytes + size > self.max_buffered_bytes then
@@ -194,6 +227,20 @@ function _M:send(topic, value, o)
   elseif partition >= n then
     return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
   end
+  local ok, aerr, acode = self:_append(topic, partition, o and o.partition ~= nil, value, key, headers, ts, size,
+    self.seq + 1, magic)
+  if not ok then return nil, aerr, acode end
+  local seq = self.seq + 1
+  self.seq = seq
+  self.nbuf = nbuf + 1
+  self.nbytes = self.nbytes + size
+  if not self.first_time then self.first_time = self.client.now() end
+  return seq
+end
+
+-- Appends one message (id seq) to the last batch of topic/partition, or to
+-- a new one: true, nil, nil, new_batch | nil, err, code. No I/O.
+function _M:_append(topic, partition, explicit, value, key, headers, ts, size, seq, magic)
   local tq = self.queues[topic]
   if not tq then
     tq = {}
@@ -207,22 +254,23 @@ function _M:send(topic, value, o)
     table.insert(self.order[topic], partition)
   end
   local batch = q[#q]
+  local fresh = false
   if not batch or batch.sealed or batch.size + size > self.batch_size then
     -- a full batch ends the sticky choice: the next unkeyed message goes
     -- to a partition picked anew
-    if batch and key == nil and not (o and o.partition) then self.sticky[topic] = nil end
+    if batch and key == nil and not explicit then self.sticky[topic] = nil end
     if self.codec == "zstd" and magic < 2 then
       return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
     end
     -- the delivery deadline counts from the batch's first message
+    local now = self.client.now()
     batch = { b = proto.batch { magic = magic, compression = self.codec }, runs = {}, count = 0, size = 0,
-              attempts = 0, next_try = 0, expires = self.client.now() + self.delivery_timeout_ms }
+              attempts = 0, next_try = 0, born = now, expires = now + self.delivery_timeout_ms }
     q[#q + 1] = batch
+    fresh = #q > 1
   end
   local ok, berr = batch.b:append(value, key, headers, ts)
   if not ok then return nil, berr, "invalid" end
-  local seq = self.seq + 1
-  self.seq = seq
   -- message ids as runs {first, count, first, count, ...}: consecutive
   -- sends to one partition (sticky or keyed alike) cost no table growth
   local runs = batch.runs
@@ -235,10 +283,7 @@ function _M:send(topic, value, o)
   end
   batch.count = batch.count + 1
   batch.size = batch.size + size
-  self.nbuf = nbuf + 1
-  self.nbytes = self.nbytes + size
-  if not self.first_time then self.first_time = self.client.now() end
-  return seq
+  return true, nil, nil, fresh
 end
 
 local traceback = debug.traceback
@@ -247,6 +292,8 @@ local traceback = debug.traceback
 -- callback_error, flush() counts them, bookkeeping goes on) and to the list
 -- flush() returns.
 function _M:_report(r)
+  local want = self.want
+  if want and want[r.id] then want[r.id] = r end -- send_sync in background mode waits for it
   local cb = self.on_delivery
   if cb then
     -- a closure: Lua 5.1's xpcall passes no arguments to the function
@@ -257,12 +304,24 @@ function _M:_report(r)
       if not r.err and self.only_errors then self.reports[#self.reports + 1] = r end
     end
   end
-  if r.err or not self.only_errors then self.reports[#self.reports + 1] = r end
+  if r.err or not self.only_errors then
+    local reports = self.reports
+    reports[#reports + 1] = r
+    -- in background mode nobody may ever call flush(): the list keeps the
+    -- latest max_buffered reports (counts stay exact)
+    if self.bg and #reports > self.max_buffered then
+      local keep = math.floor(self.max_buffered / 2)
+      local t = {}
+      for i = #reports - keep + 1, #reports do t[#t + 1] = reports[i] end
+      self.reports_dropped = (self.reports_dropped or 0) + #reports - keep
+      self.reports = t
+    end
+  end
 end
 
 function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
   local count = batch.count
-  if not err then self.delivered = self.delivered + count end
+  if not err then self.delivered = self.delivered + count else self.nfailed = self.nfailed + count end
   self.nbuf = self.nbuf - count
   self.nbytes = self.nbytes - batch.size
   if batch.b then batch.b:close() end
@@ -295,9 +354,10 @@ end
 -- flight at a time, so retries never reorder it, and each partition goes
 -- on as soon as its own answer is in (a slow broker holds up only its own
 -- partitions).
-function _M:_send_round(deadline)
+function _M:_send_round(deadline, linger)
   local now = self.client.now()
   local items = {}
+  local wake = math.huge -- with linger (the background sender): when the next batch is due
   for topic, tq in pairs(self.queues) do
     for _, partition in ipairs(self.order[topic]) do
       local q = tq[partition]
@@ -308,11 +368,22 @@ function _M:_send_round(deadline)
           "timeout", batch.last_kcode)
         batch = q[1]
       end
-      if batch and not batch.in_flight and now >= batch.next_try then
-        items[#items + 1] = { topic = topic, partition = partition, batch = batch }
+      if batch and not batch.in_flight then
+        if now < batch.next_try then
+          if linger then
+            local t = batch.next_try < batch.expires and batch.next_try or batch.expires
+            if t < wake then wake = t end
+          end
+        elseif linger and not q[2] and now < batch.born + linger then
+          -- the background sender: a batch goes when full or linger_ms old
+          if batch.born + linger < wake then wake = batch.born + linger end
+        else
+          items[#items + 1] = { topic = topic, partition = partition, batch = batch }
+        end
       end
     end
   end
+  self.bg_wake = wake
   if #items == 0 then return end
   local groups, failed = self.client:group(items, deadline)
   for _, f in ipairs(failed) do
@@ -367,10 +438,10 @@ function _M:_send_round(deadline)
 end
 
 -- Reads the answers in flight until the deadline (now: only those already
--- there) and settles their batches.
+-- there) and settles their batches: how many requests were settled.
 function _M:_collect(deadline)
   local in_flight = self.in_flight
-  local i = 1
+  local i, n = 1, #in_flight
   while in_flight[i] do
     local s = in_flight[i]
     local resp, err, code = s.conn:receive(s.corr, deadline)
@@ -381,6 +452,7 @@ function _M:_collect(deadline)
       self:_settle(s, resp, err, code)
     end
   end
+  return n - #in_flight
 end
 
 -- Waits for the oldest answer in flight until `until_t`, settles it when it came.
@@ -460,12 +532,12 @@ end
 
 -- At a flush deadline: answers still in flight are abandoned and their
 -- messages reported failed (they may have been written: at least once).
-function _M:_abandon()
+function _M:_abandon(why)
   for _, s in ipairs(self.in_flight) do
     s.conn:abandon(s.corr)
     for _, it in ipairs(s.req.items) do
       it.batch.in_flight = nil
-      self:_fail(it.topic, it.partition, it.batch, "flush timed out waiting for the broker's answer "
+      self:_fail(it.topic, it.partition, it.batch, (why or "flush timed out") .. " waiting for the broker's answer "
         .. "(the messages may have been written)", "timeout")
     end
   end
@@ -578,6 +650,7 @@ end
 -- "timeout"; a message in flight then may still have been written).
 function _M:flush(timeout_ms)
   check.int("flush", "timeout_ms", timeout_ms, nil, 0)
+  if self.bg then return self:_bg_flush(timeout_ms) end
   self:_flush(timeout_ms)
   local reports = self.reports
   self.reports = {}
@@ -592,8 +665,10 @@ end
 -- send_sync(topic, value [, opts]) -> partition, offset | nil, err, code
 -- (flushes everything buffered, like flush()).
 function _M:send_sync(topic, value, o)
+  if self.bg then self:_bg_check_wait("send_sync") end
   local id, err, code = self:send(topic, value, o)
   if not id then return nil, err, code end
+  if self.bg then return self:_bg_send_sync(id) end
   local only = self.only_errors
   self.only_errors = false -- this one's report is needed
   self:_flush()
@@ -615,9 +690,499 @@ function _M:buffered()
 end
 
 function _M:close(timeout_ms)
+  if self.bg then return self:_bg_close(timeout_ms) end
   local reports, failed, delivered, cb_errors = self:flush(timeout_ms)
   if self.own_client then self.client:close() end
   return reports, failed, delivered, cb_errors
+end
+
+-- state() -> the sender's state (background mode) or "sync"
+function _M:state()
+  return self.sender_state
+end
+
+-- transport() -> what the producer's connections use ("cosocket",
+-- "luasocket", "custom"; see client:transport()): in background mode the
+-- sender's own client.
+function _M:transport()
+  return self.client:transport()
+end
+
+-- stats() -> {state, buffered, bytes, in_flight, background, transport, restarts, reports_dropped}
+function _M:stats()
+  return { state = self.sender_state, buffered = self.nbuf, bytes = self.nbytes, in_flight = #self.in_flight,
+    background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
+    reports_dropped = self.reports_dropped or 0 }
+end
+
+------------------------------------------------------------------------
+-- Background mode (nginx): one sender timer per producer per worker.
+
+local PCOUNT_MS = 10000 -- the sender re-reads cached partition counts this often
+local IDLE_S = 1        -- an idle sender looks at the worker's state this often
+local IDLE_EXIT_MS = 30000 -- and ends after this long idle (the next send starts it again)
+local SLICE_MS = 20     -- waiting on answers, the sender looks at new work this often
+
+local semaphore
+local live = setmetatable({}, { __mode = "k" }) -- background producers of this worker
+
+local function exiting()
+  return ngx.worker.exiting()
+end
+local watch_exit
+
+function _M:_bg_init(client)
+  if not semaphore then semaphore = require "ngx.semaphore" end
+  self.parent = client
+  self.client = client:clone() -- the sender's own connections, opened in its timer
+  self.sema = semaphore.new()
+  self.pending = {}   -- topic -> messages waiting for the topic's partition count (FIFO)
+  self.waiters = {}   -- flush() calls waiting: {target = id, sema = }
+  self.sleeping = false
+  self.running = false
+  self.restarts = 0
+  live[self] = true
+end
+
+-- Wakes the sender when it sleeps on its semaphore.
+function _M:_bg_wake()
+  if self.sleeping then
+    self.sleeping = false
+    self.sema:post(1)
+  end
+end
+
+local bg_timer
+
+-- One pending timer per worker: it runs at once ("premature") when the
+-- worker starts exiting and wakes every sender to drain.
+local watching = false
+local function watcher(premature)
+  watching = false
+  if premature then
+    for p in pairs(live) do p:_bg_wake() end
+    return
+  end
+  for p in pairs(live) do
+    if p.running then return watch_exit() end
+  end
+end
+watch_exit = function()
+  if watching or exiting() then return end
+  watching = ngx.timer.at(3600, watcher) and true or false
+end
+
+function _M:_bg_start(delay)
+  if self.running then return true end
+  if self.closed then return nil, "producer closed" end
+  local ok, err = ngx.timer.at(delay or 0, bg_timer, self)
+  if not ok then return nil, "cannot start the producer's sender: " .. tostring(err) end
+  self.running = true
+  self.sender_state = "starting"
+  watch_exit()
+  return true
+end
+
+function _M:_bg_send(topic, value, key, partition, headers, ts, size)
+  if not self.running then
+    local ok, err = self:_bg_start()
+    if not ok then return nil, err, "closed" end
+  end
+  local nbuf = self.nbuf
+  if nbuf >= self.max_buffered or self.nbytes + size > self.max_buffered_bytes then
+    return nil, ("producer buffer full (%d messages, %d bytes): the sender is behind"):format(nbuf, self.nbytes),
+      "buffer_full"
+  end
+  local seq = self.seq + 1
+  local n, magic = self.pcount[topic], self.magic
+  local pq = self.pending[topic]
+  local wake = self.sender_state == "idle"
+  local explicit = partition ~= nil
+  if n and magic and not pq then
+    if not explicit then
+      partition = self:_partition(topic, key, n)
+    elseif partition >= n then
+      return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
+    end
+    local ok, err, code, fresh = self:_append(topic, partition, explicit, value, key, headers, ts, size, seq,
+      magic)
+    if not ok then return nil, err, code end
+    if fresh then wake = true end -- a batch is full: it goes now
+  else
+    -- partitioned by the sender once it has the topic's partition count
+    if not pq then
+      pq = {}
+      self.pending[topic] = pq
+    end
+    pq[#pq + 1] = { value = value, key = key, partition = partition, headers = headers, ts = ts, size = size,
+      id = seq, time = self.client.now() }
+    wake = true
+  end
+  self.seq = seq
+  self.nbuf = nbuf + 1
+  self.nbytes = self.nbytes + size
+  if wake then self:_bg_wake() end
+  return seq
+end
+
+-- One message that never reached a batch fails.
+function _M:_bg_fail_pending(topic, e, err, code)
+  self.nbuf = self.nbuf - 1
+  self.nbytes = self.nbytes - e.size
+  self.nfailed = self.nfailed + 1
+  self:_report { id = e.id, topic = topic, partition = e.partition, err = err, code = code }
+end
+
+-- Messages waiting for metadata go into batches (the sender's context).
+function _M:_bg_partition(now)
+  if not self.magic then
+    local magic, err, code = self:_magic()
+    if not magic then
+      -- nothing reachable yet: each waits until its delivery deadline
+      for topic, pq in pairs(self.pending) do
+        while pq[1] and now >= pq[1].time + self.delivery_timeout_ms do
+          self:_bg_fail_pending(topic, table.remove(pq, 1), ("delivery_timeout_ms (%d) expired: %s"):format(
+            self.delivery_timeout_ms, tostring(err)), "timeout")
+        end
+        if not pq[1] then self.pending[topic] = nil end
+      end
+      return nil, code
+    end
+  end
+  local topics = {}
+  for topic in pairs(self.pending) do topics[#topics + 1] = topic end
+  local waiting = false
+  for _, topic in ipairs(topics) do
+    local n, err, code = self.client:partitions(topic) -- may yield: sends meanwhile join the list
+    now = self.client.now()
+    local pq = self.pending[topic]
+    if n then
+      self.pcount[topic], self.ptime[topic] = n, now + PCOUNT_MS
+      -- no yield from here to the end of the list: sends see the count
+      -- only once the waiting messages are in their batches (key order)
+      self.pending[topic] = nil
+      for _, e in ipairs(pq) do
+        local part, ok, aerr, acode = e.partition, nil, nil, nil
+        if part == nil then
+          ok, part = pcall(self._partition, self, topic, e.key, n)
+          if not ok then part, aerr, acode = nil, tostring(part), "invalid" end
+        elseif part >= n then
+          part, aerr, acode = nil, ("topic %s has no partition %d (it has %d)"):format(topic, part, n),
+            "unknown_partition"
+        end
+        if part then
+          ok, aerr, acode = self:_append(topic, part, e.partition ~= nil, e.value, e.key, e.headers, e.ts, e.size,
+            e.id, self.magic)
+        end
+        if not ok then self:_bg_fail_pending(topic, e, aerr, acode) end
+      end
+    elseif not client_mod.RETRIABLE[code] then
+      self.pending[topic] = nil
+      for _, e in ipairs(pq) do self:_bg_fail_pending(topic, e, err, code) end
+    else
+      while pq[1] and now >= pq[1].time + self.delivery_timeout_ms do
+        self:_bg_fail_pending(topic, table.remove(pq, 1), ("delivery_timeout_ms (%d) expired: %s"):format(
+          self.delivery_timeout_ms, tostring(err)), "timeout")
+      end
+      if not pq[1] then self.pending[topic] = nil else waiting = true end
+    end
+  end
+  -- cached counts are looked at again now and then (a topic can grow)
+  local stale = {}
+  for topic, t in pairs(self.ptime) do
+    if now >= t and self.pcount[topic] and not self.pending[topic] then stale[#stale + 1] = topic end
+  end
+  for _, topic in ipairs(stale) do
+    local n = self.client:partitions(topic)
+    if n then self.pcount[topic] = n end
+    self.ptime[topic] = self.client.now() + PCOUNT_MS
+  end
+  return not waiting
+end
+
+-- The smallest message id not settled yet (math.huge: none).
+function _M:_bg_min_outstanding()
+  local m = math.huge
+  for _, tq in pairs(self.queues) do
+    for _, q in pairs(tq) do
+      local b = q[1]
+      local first = b and b.runs[1]
+      if first and first < m then m = first end
+    end
+  end
+  for _, pq in pairs(self.pending) do
+    if pq[1] and pq[1].id < m then m = pq[1].id end
+  end
+  return m
+end
+
+-- Wakes the flush() calls whose messages are all settled.
+function _M:_bg_notify()
+  local waiters = self.waiters
+  if not waiters[1] then return end
+  local m = self.nbuf == 0 and math.huge or self:_bg_min_outstanding()
+  local i = 1
+  while waiters[i] do
+    local w = waiters[i]
+    if w.target < m then
+      table.remove(waiters, i)
+      w.done = true
+      w.sema:post(1)
+    else
+      i = i + 1
+    end
+  end
+end
+
+-- At the exit deadline: everything not delivered is reported failed.
+function _M:_bg_give_up(why)
+  local n = self.nbuf
+  self:_abandon(why)
+  for topic, tq in pairs(self.queues) do
+    for partition, q in pairs(tq) do
+      while q[1] do self:_fail(topic, partition, q[1], why .. " before the message was sent", "timeout") end
+    end
+  end
+  for topic, pq in pairs(self.pending) do
+    for _, e in ipairs(pq) do self:_bg_fail_pending(topic, e, why .. " before the message was sent", "timeout") end
+  end
+  self.pending = {}
+  return n
+end
+
+function _M:_bg_loop()
+  local client = self.client
+  local sema = self.sema
+  local drain_until
+  while true do
+    local now = client.now()
+    if not drain_until and (exiting() or self.closing) then
+      drain_until = now + (self.closing and self.close_timeout or self.exit_flush_timeout_ms)
+      self.sender_state = "draining"
+      self.drain_n = self.nbuf
+      if not self.closing then
+        ngx.log(ngx.NOTICE, ("kafka producer: worker exiting, sending %d buffered messages (exit_flush_timeout_ms %d)")
+          :format(self.nbuf, self.exit_flush_timeout_ms))
+      end
+    end
+    if next(self.pending) or next(self.ptime) then self:_bg_partition(now) end
+    if self.nbuf == 0 then
+      self:_bg_notify()
+      if drain_until then break end
+      if self.sender_state ~= "idle" then self.idle_since = now end
+      if now - self.idle_since >= IDLE_EXIT_MS then break end
+      self.sender_state = "idle"
+      self.sleeping = true
+      sema:wait(IDLE_S)
+      self.sleeping = false
+    else
+      local urgent = drain_until or self.waiters[1]
+      self.sender_state = "sending"
+      self:_send_round(drain_until, not urgent and self.linger_ms or nil)
+      local wake = self.bg_wake
+      -- answers settled: their partitions' next batches are looked at again at once
+      local settled = self:_collect(client.now()) > 0
+      if settled then wake = 0 end
+      self:_bg_notify()
+      now = client.now()
+      if drain_until and now >= drain_until and self.nbuf > 0 then
+        local why = self.closing and "close() timed out" or
+          ("worker exiting: exit_flush_timeout_ms (%d) expired"):format(self.exit_flush_timeout_ms)
+        local n = self:_bg_give_up(why)
+        ngx.log(ngx.ERR, ("kafka producer: %s: %d messages not delivered, reported failed"):format(why, n))
+        self:_bg_notify()
+        break
+      end
+      if self.nbuf > 0 then
+        if next(self.pending) then wake = math.min(wake, now + self.retry_backoff_ms) end
+        if drain_until and drain_until < wake then wake = drain_until end
+        if wake <= now then
+          -- go round again; without progress, let nginx run first (a zero backoff must not spin)
+          if not settled then ngx.sleep(0.001) end
+        elseif self.in_flight[1] then
+          self.sender_state = "waiting"
+          if wake > now + SLICE_MS then wake = now + SLICE_MS end
+          self:_wait_one(math.max(wake, now))
+        elseif wake > now then
+          self.sender_state = wake == self.bg_wake and not urgent and "lingering" or "backoff"
+          self.sleeping = true
+          sema:wait(math.min(wake - now, IDLE_S * 1000) / 1000)
+          self.sleeping = false
+        end
+      end
+    end
+  end
+  if self.drain_n and not self.closing then
+    ngx.log(ngx.NOTICE, ("kafka producer: worker exiting: %d messages sent before the exit, %d failed")
+      :format(self.drain_n, self.nfailed))
+  end
+  client:close()
+  self.sender_state = "stopped"
+end
+
+bg_timer = function(premature, self)
+  if self.restarts > 0 or self.client_used then
+    self.client = self.parent:clone() -- the last sender's connections died with its timer
+  end
+  self.client_used = true
+  local _ = premature -- at worker exit the sender still runs: it drains
+  local ok, err = xpcall(self._bg_loop, traceback, self)
+  self.running = false
+  self.sleeping = false
+  if ok then return end
+  ngx.log(ngx.ERR, "kafka producer: the sender failed: ", tostring(err))
+  self.sender_state = "crashed"
+  self.restarts = self.restarts + 1
+  -- requests in flight went with the timer's connections: sent again
+  for _, s in ipairs(self.in_flight) do
+    for _, it in ipairs(s.req.items) do it.batch.in_flight = nil end
+  end
+  self.in_flight = {}
+  if self.nbuf > 0 or self.waiters[1] then self:_bg_start(exiting() and 0 or 1) end
+end
+
+-- Where flush() may wait: not in phases that cannot yield.
+local NO_WAIT = { init = true, init_worker = true, set = true, log = true, header_filter = true, body_filter = true,
+  balancer = true, exit_worker = true, ssl_session_store = true }
+
+function _M._bg_check_wait(_, what)
+  local ph = ksocket.phase()
+  if NO_WAIT[ph] then
+    error(("%s: cannot wait in nginx's %s phase (it cannot yield); the sender delivers on its own: call %s from "
+      .. "rewrite, access, content or a timer"):format(what, ph, what), 3)
+  end
+end
+
+-- Waits until every message up to id `target` is settled (or the deadline):
+-- true | false.
+function _M:_bg_wait(target, timeout_ms)
+  local deadline = timeout_ms and self.client.now() + timeout_ms or math.huge
+  if self.nbuf == 0 or self:_bg_min_outstanding() > target then return true end
+  if not self.running then self:_bg_start() end
+  local w = { target = target, sema = semaphore.new() }
+  self.waiters[#self.waiters + 1] = w
+  self:_bg_wake()
+  while not w.done do
+    local left = deadline - self.client.now()
+    if left <= 0 then break end
+    w.sema:wait(math.min(left, IDLE_S * 1000) / 1000)
+    if not w.done and (self.nbuf == 0 or self:_bg_min_outstanding() > target) then w.done = true end
+  end
+  for i, x in ipairs(self.waiters) do
+    if x == w then
+      table.remove(self.waiters, i)
+      break
+    end
+  end
+  return w.done
+end
+
+-- flush in background mode: reports, failed, delivered, callback_errors,
+-- still_buffered (nil when everything sent before the call is settled).
+function _M:_bg_flush(timeout_ms)
+  self:_bg_check_wait("flush")
+  local done = self:_bg_wait(self.seq, timeout_ms)
+  local reports = self.reports
+  self.reports = {}
+  table.sort(reports, function(a, b) return a.id < b.id end)
+  local failed, delivered, cb_errors = self.nfailed, self.delivered, self.callback_errors
+  self.nfailed, self.delivered, self.callback_errors = 0, 0, 0
+  return reports, failed, delivered, cb_errors, (not done) and self.nbuf or nil
+end
+
+function _M:_bg_send_sync(id)
+  self.want = self.want or {}
+  self.want[id] = true
+  self:_bg_wait(id)
+  local r = self.want[id]
+  self.want[id] = nil
+  if type(r) ~= "table" then return nil, "no delivery report", "internal" end
+  for i, x in ipairs(self.reports) do
+    if x == r then
+      table.remove(self.reports, i)
+      break
+    end
+  end
+  if r.err then
+    self.nfailed = self.nfailed - 1
+    return nil, r.err, r.code, r.error_code
+  end
+  self.delivered = self.delivered - 1
+  return r.partition, r.offset
+end
+
+-- close in background mode: sends what is buffered (within timeout_ms,
+-- else they are reported failed), stops the sender; then flush's results.
+function _M:_bg_close(timeout_ms)
+  self:_bg_check_wait("close")
+  if self.running then
+    self.closing, self.close_timeout = true, timeout_ms or self.delivery_timeout_ms
+    self:_bg_wake()
+    while self.running do
+      local w = { target = self.seq, sema = semaphore.new() }
+      self.waiters[#self.waiters + 1] = w
+      w.sema:wait(0.05)
+      for i, x in ipairs(self.waiters) do
+        if x == w then table.remove(self.waiters, i) break end
+      end
+    end
+  end
+  self.closed = true
+  live[self] = nil
+  local reports = self.reports
+  self.reports = {}
+  table.sort(reports, function(a, b) return a.id < b.id end)
+  local failed, delivered, cb_errors = self.nfailed, self.delivered, self.callback_errors
+  self.nfailed, self.delivered, self.callback_errors = 0, 0, 0
+  if self.own_client then self.parent:close() end
+  return reports, failed, delivered, cb_errors
+end
+
+local EXIT_STOP_MS = 800
+
+-- exit_worker(): for exit_worker_by_lua. After a fast stop (nginx -s stop,
+-- SIGTERM: timers never run again) every background producer of the worker
+-- sends what is still buffered through luasocket, blocking, within its
+-- exit_flush_timeout_ms but at most EXIT_STOP_MS (without luasocket, or
+-- past the deadline, the messages are reported failed). After a graceful exit the senders have
+-- drained already and nothing is left.
+function _M.exit_worker()
+  for p in pairs(live) do
+    if p.nbuf > 0 then p:_exit_drain() end
+  end
+end
+
+function _M:_exit_drain()
+  local n = self.nbuf
+  ngx.log(ngx.WARN, ("kafka producer: worker stopped with %d messages buffered: sending them (blocking, luasocket, "
+    .. "exit_flush_timeout_ms %d)"):format(n, self.exit_flush_timeout_ms))
+  self.bg = false
+  -- the sender's requests in flight went with its timer
+  for _, s in ipairs(self.in_flight) do
+    for _, it in ipairs(s.req.items) do it.batch.in_flight = nil end
+  end
+  self.in_flight = {}
+  local ok, ls = pcall(require, "socket")
+  if ok and type(ls) == "table" and ls.gettime then
+    local o = setmetatable({ now = function() return ls.gettime() * 1000 end,
+      sleep = function(ms) ls.sleep(ms / 1000) end, socket = ksocket.luasocket_tcp }, { __index = self.parent.opts })
+    self.client = client_mod.new(o)
+    -- nginx's master kills a worker about a second after TERM
+    local deadline = self.client.now() + math.min(self.exit_flush_timeout_ms, EXIT_STOP_MS)
+    while next(self.pending) and self.client.now() < deadline do
+      if not self:_bg_partition(self.client.now()) then ls.sleep(self.retry_backoff_ms / 1000) end
+    end
+    if self.nbuf > 0 then self:_flush(math.max(0, math.floor(deadline - self.client.now()))) end
+    self.client:close()
+  end
+  local left = self.nbuf
+  if left > 0 then self:_bg_give_up("worker stopped") end
+  if self.nfailed > 0 or left > 0 then
+    ngx.log(ngx.ERR, ("kafka producer: worker stopped: %d of %d buffered messages not delivered, reported failed")
+      :format(self.nfailed, n))
+  else
+    ngx.log(ngx.NOTICE, ("kafka producer: worker stopped: the %d buffered messages were sent"):format(n))
+  end
 end
 
 return _M

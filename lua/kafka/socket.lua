@@ -16,7 +16,8 @@
 -- lua_ssl_trusted_certificate, the host name by lua-nginx-module).
 local ngx = ngx -- luacheck: ignore (nil outside OpenResty)
 local io, table = io, table
-local pcall, require, setmetatable, type, tostring, ipairs, pairs = pcall, require, setmetatable, type, tostring, ipairs, pairs
+local pcall, require, setmetatable, getmetatable, type, tostring, ipairs, pairs = pcall, require, setmetatable,
+  getmetatable, type, tostring, ipairs, pairs
 
 local _M = {}
 
@@ -264,21 +265,70 @@ function _M.tls_error(sock)
   return type(sock) == "table" and sock.tls_error or nil
 end
 
--- True inside an nginx phase where cosockets work.
-local function in_cosocket_phase()
-  if type(ngx) ~= "table" or not ngx.socket or not ngx.get_phase then return false end
-  local ok, phase = pcall(ngx.get_phase)
-  if not ok then return false end
-  return phase ~= "init" and phase ~= "init_worker" and phase ~= "log" and phase ~= "header_filter"
-    and phase ~= "body_filter" and phase ~= "set"
+-- in_nginx() -> true inside lua-nginx-module (its timers, cosockets and
+-- phases are there).
+local function in_nginx()
+  return type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase ~= nil and type(ngx.timer) == "table"
+end
+_M.in_nginx = in_nginx
+
+-- The nginx phases without cosockets. In init, init_worker and exit_worker
+-- (no request is served, blocking is harmless) the client falls back to
+-- luasocket; in the others a connect fails: a producer sends from its
+-- background timer there, anything else goes through ngx.timer.at.
+local NO_COSOCKET = { init = "luasocket", init_worker = "luasocket", exit_worker = "luasocket",
+  set = false, log = false, header_filter = false, body_filter = false, balancer = false,
+  ssl_session_store = false }
+
+local function phase()
+  local ok, ph = pcall(ngx.get_phase)
+  return ok and ph or "unknown"
+end
+_M.phase = function() return in_nginx() and phase() or nil end
+
+-- nginx_tcp() -> a cosocket (ngx.socket.tcp), picked when the socket is made
+-- (a client made in init_worker still gets cosockets in the timer that uses it)
+function _M.nginx_tcp()
+  local ph = phase()
+  local fallback = NO_COSOCKET[ph]
+  if fallback == nil then return ngx.socket.tcp() end
+  if fallback then return _M.luasocket_tcp() end
+  return nil, "no cosockets in nginx's " .. ph .. " phase (a producer in background mode sends from its own timer;"
+    .. " other I/O goes through ngx.timer.at)"
 end
 
 -- factory(opts) -> a function returning new socket objects: opts.socket
--- when given (a function), else ngx.socket.tcp inside nginx, else luasocket.
+-- when given (a function), else cosockets inside nginx, else luasocket.
 function _M.factory(opts)
   if opts and opts.socket then return opts.socket end
-  if in_cosocket_phase() then return ngx.socket.tcp end
+  if in_nginx() then return _M.nginx_tcp end
   return _M.luasocket_tcp
+end
+
+-- kind(sock) -> "luasocket", "cosocket" or "custom": what a socket object
+-- actually is (looked at on the object, not on how it was asked for).
+function _M.kind(sock)
+  if getmetatable(sock) == ls_mt then return "luasocket" end
+  if in_nginx() and type(sock) == "table" and type(sock.setkeepalive) == "function"
+      and type(sock.getreusedtimes) == "function" then
+    return "cosocket"
+  end
+  return "custom"
+end
+
+local get_request -- resty.core's, loaded on first use (false: not there)
+
+-- context() -> inside nginx, the request (or timer) running now: a
+-- cosocket belongs to the one that created it. nil elsewhere.
+function _M.context()
+  if get_request == nil then
+    get_request = false
+    if in_nginx() then
+      local ok, base = pcall(require, "resty.core.base")
+      if ok and type(base) == "table" and base.get_request then get_request = base.get_request end
+    end
+  end
+  return get_request and get_request() or nil
 end
 
 -- clock(opts) -> now_ms(), sleep_ms(ms): injected, else nginx's or luasocket's.
