@@ -12,57 +12,14 @@ local ipairs, pairs, type, tostring, error, setmetatable, tonumber, pcall =
 
 local _M = {}
 
-local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
-local harness = root .. "/spec/support/kafka/harness.sh"
 _M.KAFKA = "4.1.2" -- the kafka-clients version whose classes are the oracle
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("*a")
-  local ok, _, status = p:close()
-  if ok == true or (ok == nil and status == 0) or ok == 0 then return true, out end
-  return false, out
-end
-
-local classpath
-local function cp()
-  if classpath then return classpath end
-  local ok, cpfile = sh(harness .. " classpath " .. _M.KAFKA)
-  if not ok then error("kafka-clients " .. _M.KAFKA .. ": " .. cpfile, 3) end
-  cpfile = cpfile:match("([^\n]+)%s*$")
-  local f = assert(io.open(cpfile, "rb"))
-  local jars = f:read("*a"):gsub("%s+$", "")
-  f:close()
-  local dir = root .. "/build/kafka/codecpeer"
-  local src = root .. "/spec/support/kafka/CodecPeer.java"
-  local out
-  ok, out = sh(("mkdir -p %s && LD_PRELOAD= javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, jars, src))
-  if not ok then error("javac CodecPeer.java: " .. out, 3) end
-  classpath = dir .. ":" .. jars
-  return classpath
-end
+local rk = require "support.realkafka"
 
 -- java(args) -> lines of stdout (the final DONE removed); raises when the
 -- program fails.
 function _M.java(args)
-  local q = {}
-  for i, a in ipairs(args) do q[i] = "'" .. tostring(a) .. "'" end
-  local errf = os.tmpname()
-  local cmd = ("LD_PRELOAD= timeout 120 java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' CodecPeer %s 2>%s")
-    :format(cp(), table.concat(q, " "), errf)
-  local p = assert(io.popen(cmd))
-  local lines = {}
-  for line in p:lines() do lines[#lines + 1] = line end
-  p:close()
-  local ef = io.open(errf, "rb")
-  local stderr = ef and ef:read("*a") or ""
-  if ef then ef:close() end
-  os.remove(errf)
-  if lines[#lines] ~= "DONE" then
-    error("CodecPeer " .. table.concat(args, " ") .. " failed:\n" .. table.concat(lines, "\n") .. "\n" .. stderr, 2)
-  end
-  lines[#lines] = nil
-  return lines
+  return rk.run_java("CodecPeer", args, { version = _M.KAFKA })
 end
 
 local function unhex(h)

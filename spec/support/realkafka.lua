@@ -134,37 +134,36 @@ end
 -- with the main version's kafka-clients. opts.bootstrap, opts.props (a
 -- table written to a properties file), opts.timeout (s, default 120).
 -- Raises with the peer's output when it fails.
-local peer_cp
-function _M.java(args, opts)
+-- compiled(class [, version]) -> the classpath of spec/support/kafka/<class>.java,
+-- compiled once per process against kafka-clients of that version (the main one).
+local compiled_cp = {}
+function _M.compiled(class, version)
+  if compiled_cp[class] then return compiled_cp[class] end
+  local ok, cpfile = sh(harness .. " classpath " .. (version or _M.main() or _M.MAIN))
+  if not ok then error("kafka-clients: " .. cpfile, 3) end
+  cpfile = cpfile:match("([^\n]+)%s*$")
+  local f = assert(io.open(cpfile, "rb"))
+  local jars = f:read("*a"):gsub("%s+$", "")
+  f:close()
+  local dir = root .. "/build/kafka/" .. class:lower()
+  local src = root .. "/spec/support/kafka/" .. class .. ".java"
+  local out
+  ok, out = sh(("mkdir -p %s && LD_PRELOAD= javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, jars, src))
+  if not ok then error("javac " .. class .. ".java: " .. out, 3) end
+  compiled_cp[class] = dir .. ":" .. jars
+  return compiled_cp[class]
+end
+
+-- run_java(class, args [, opts]) -> lines of stdout, the final "DONE"
+-- removed; raises with the program's output when it fails. opts.timeout
+-- (s, default 120), opts.jvm (extra JVM arguments), opts.version (of kafka-clients).
+function _M.run_java(class, args, opts)
   opts = opts or {}
-  if not peer_cp then
-    local ok, cpfile = sh(harness .. " classpath " .. _M.main())
-    if not ok then error("kafka-clients: " .. cpfile, 2) end
-    cpfile = cpfile:match("([^\n]+)%s*$")
-    local f = assert(io.open(cpfile, "rb"))
-    local cp = f:read("*a"):gsub("%s+$", "")
-    f:close()
-    local dir = root .. "/build/kafka/peer"
-    local src = root .. "/spec/support/kafka/Peer.java"
-    local out
-    ok, out = sh(("mkdir -p %s && LD_PRELOAD= javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, cp, src))
-    if not ok then error("javac Peer.java: " .. out, 2) end
-    peer_cp = dir .. ":" .. cp
-  end
-  local props = ""
-  if opts.props then
-    local name = os.tmpname()
-    local f = assert(io.open(name, "wb"))
-    for k, v in pairs(opts.props) do f:write(k, "=", v, "\n") end
-    f:close()
-    props = " -Dprops=" .. name
-  end
   local q = {}
   for i, a in ipairs(args) do q[i] = "'" .. tostring(a) .. "'" end
   local errf = os.tmpname()
-  local cmd = ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' "
-    .. "-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s Peer %s 2>%s")
-    :format(opts.timeout or 120, peer_cp, root, opts.bootstrap or "127.0.0.1:9092", props, table.concat(q, " "), errf)
+  local cmd = ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' %s %s %s 2>%s")
+    :format(opts.timeout or 120, _M.compiled(class, opts.version), opts.jvm or "", class, table.concat(q, " "), errf)
   local p = assert(io.popen(cmd))
   local lines = {}
   for line in p:lines() do lines[#lines + 1] = line end
@@ -174,10 +173,28 @@ function _M.java(args, opts)
   if ef then ef:close() end
   os.remove(errf)
   if lines[#lines] ~= "DONE" then
-    error("java peer " .. table.concat(args, " ") .. " failed:\n" .. table.concat(lines, "\n") .. "\n" .. stderr, 2)
+    error(class .. " " .. table.concat(args, " ") .. " failed:\n" .. table.concat(lines, "\n") .. "\n" .. stderr, 2)
   end
   lines[#lines] = nil
   return lines
+end
+
+-- java(args [, opts]) -> lines of stdout: Kafka's Java client as a peer
+-- (Peer.java). opts.bootstrap, opts.props (a table written to a
+-- properties file), opts.timeout.
+function _M.java(args, opts)
+  opts = opts or {}
+  local props = ""
+  if opts.props then
+    local name = os.tmpname()
+    local f = assert(io.open(name, "wb"))
+    for k, v in pairs(opts.props) do f:write(k, "=", v, "\n") end
+    f:close()
+    props = " -Dprops=" .. name
+  end
+  return _M.run_java("Peer", args, { timeout = opts.timeout,
+    jvm = ("-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s")
+      :format(root, opts.bootstrap or "127.0.0.1:9092", props) })
 end
 
 function _M.hex(s)
