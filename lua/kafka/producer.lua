@@ -73,13 +73,13 @@ function _M.new(client_or_opts, opts)
     error(("%s: max_in_flight_requests_per_connection must be <= 5 with idempotence (got %d)"):format(
       WHERE, max_in_flight), 2)
   end
-  return setmetatable({
+  local p = setmetatable({
     client = client,
     own_client = own,
     acks = acks,
     -- idempotence and transactions (see the transaction manager below)
     idem_mode = idem_mode,          -- "on", "off", "auto" (decided at the first send round)
-    idempotent = idem_mode ~= "off" and nil or false, -- true once a producer id is held
+    idempotent = nil,               -- true once a producer id is held, false when off
     max_in_flight = max_in_flight,  -- batches per partition in flight (1 without idempotence)
     transactional_id = txn_id,
     transaction_timeout_ms = int(WHERE, "transaction_timeout_ms", opts.transaction_timeout_ms, 60000, 1),
@@ -127,6 +127,8 @@ function _M.new(client_or_opts, opts)
     ptime = {},
     rng = math.random,
   }, mt)
+  if idem_mode == "off" then p.idempotent = false end
+  return p
 end
 
 -- The record format the cluster takes: magic 2 from Produce v3 on.
