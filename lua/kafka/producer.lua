@@ -401,6 +401,43 @@ local function init_pid(self, c, body, deadline)
   return resp
 end
 
+-- A new producer id from whichever connected broker answers first (the
+-- request goes to all of them at once, the other answers are dropped): a
+-- slow broker does not hold up the first send round. false when no broker
+-- is connected yet.
+function _M:_first_pid(deadline)
+  local client = self.client
+  local body = { transactional_id = nil, transaction_timeout_ms = 2147483647, producer_id = -1, producer_epoch = -1 }
+  local sent = {}
+  for _, c in pairs(client.conns) do
+    local v = c:is_connected() and c:version(API.InitProducerId)
+    if v then
+      local corr = c:send(API.InitProducerId, v, body, { deadline = deadline })
+      if corr then sent[#sent + 1] = { c = c, corr = corr } end
+    end
+  end
+  if not sent[1] then return false end
+  local last_err, last_code = "no answer to InitProducerId", "network"
+  while sent[1] and client.now() < deadline do
+    local slice = #sent > 1 and math.min(deadline, client.now() + 20) or deadline
+    for i = #sent, 1, -1 do
+      local x = sent[i]
+      local resp, err, code = x.c:receive(x.corr, slice)
+      if resp then
+        for j, y in ipairs(sent) do if j ~= i then y.c:abandon(y.corr) end end
+        if resp.error_code ~= errors.NONE then return nil, self:_kafka_error("InitProducerId", resp.error_code) end
+        return resp
+      end
+      if not (code == "timeout" and x.c:waiting(x.corr)) then
+        table.remove(sent, i)
+        last_err, last_code = err, code
+      end
+    end
+  end
+  for _, y in ipairs(sent) do y.c:abandon(y.corr) end
+  return nil, last_err, last_code
+end
+
 -- Decides idempotence ("auto": on where the cluster has InitProducerId and
 -- record format v2) and gets a producer id from any broker. Returns true,
 -- or nil, err, code (the round's batches then fail with it).
@@ -422,6 +459,8 @@ function _M:_init_idempotence()
   end
   local resp
   resp, err, code = client:call(function(deadline)
+    local r, ferr, fcode, fkcode, fretr = self:_first_pid(deadline)
+    if r ~= false then return r, ferr, fcode, fkcode, fretr end
     local conn, cerr, ccode = client:any_broker(deadline)
     if not conn then return nil, cerr, ccode end
     return init_pid(self, conn, { transactional_id = nil, transaction_timeout_ms = 2147483647, producer_id = -1,
