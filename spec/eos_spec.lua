@@ -120,7 +120,6 @@ describe("idempotent producer (mock)", function()
     end
     cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 2, "t", 0)
     cluster:fail("Produce", E.NOT_LEADER_OR_FOLLOWER, 1, "t", 1)
-    cluster:drop_response("Produce", 1)
     local _, failed = p:flush()
     assert.are.equal(0, failed)
     assert.are.equal(5, max_seen())
