@@ -333,6 +333,18 @@ for _, version in ipairs(rk.versions()) do
       assert.is_nil(id)
       assert.are.equal("fenced", code2)
       assert.are.same({ "new-1" }, committed_values(client, topic, 1, 1))
+      -- a zombie whose next call is the commit: EndTxn refuses its epoch
+      local tid2 = rt.uniq("tid")
+      local z = kafka.producer.new(client, { transactional_id = tid2, linger_ms = 1e9 })
+      assert(z:init_transactions())
+      assert(z:begin_transaction())
+      assert(z:send(topic, "zombie-b"))
+      z:flush()
+      assert(kafka.producer.new(client, { transactional_id = tid2 }):init_transactions())
+      ok, err, code = z:commit_transaction()
+      assert.is_nil(ok)
+      assert.are.equal("fenced", code, err)
+      assert.are.same({ "new-1" }, committed_values(client, topic, 1, 1))
     end)
 
     it("send_offsets_to_transaction commits a group's offsets with the transaction, or not at all", function()
