@@ -375,6 +375,54 @@ for _, version in ipairs(rk.versions()) do
       c:close()
     end)
 
+    it("consume-transform-produce (manual assignment): an aborted round is redone, the output holds each input once", function()
+      local input, output = rt.uniq("eos-in"), rt.uniq("eos-out")
+      rt.create_topic(client, input, 1, 1)
+      rt.create_topic(client, output, 1, 1)
+      local group = rt.uniq("g")
+      local feed = kafka.producer.new(client)
+      for i = 1, 30 do assert(feed:send(input, "in-" .. i)) end
+      assert.are.equal(0, select(2, feed:flush()))
+      local p = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+      assert(p:init_transactions())
+      local c = kafka.consumer.new(client, { group_id = group, isolation_level = "read_committed",
+        auto_offset_reset = "earliest", max_poll_records = 10, fetch_max_wait_ms = 100 })
+      assert(c:assign { { topic = input, partition = 0, offset = "earliest" } })
+      local rounds, aborted, done = 0, 0, 0
+      local pending = {}
+      local deadline = os.time() + 20
+      while done < 30 and os.time() < deadline do
+        if not pending[1] then
+          for _, m in ipairs(c:poll(500) or {}) do pending[#pending + 1] = m end
+        end
+        if pending[1] then
+          rounds = rounds + 1 -- a round: up to 10 messages in one transaction
+          local msgs = {}
+          for i = 1, math.min(10, #pending) do msgs[i] = table.remove(pending, 1) end
+          assert(p:begin_transaction())
+          for _, m in ipairs(msgs) do assert(p:send(output, "out-" .. m.value:sub(4))) end
+          local last = msgs[#msgs]
+          assert(p:send_offsets_to_transaction({ { topic = input, partition = 0, offset = last.offset + 1 } }, group))
+          if rounds == 2 then -- the process "fails" in the middle of its second round
+            p:flush()
+            assert(p:abort_transaction())
+            aborted = aborted + 1
+            pending = {}
+            assert(c:seek(input, 0, "committed"))
+          else
+            assert(p:commit_transaction())
+            done = last.offset + 1
+          end
+        end
+      end
+      assert.are.equal(1, aborted)
+      local want = {}
+      for i = 1, 30 do want[i] = "out-" .. i end
+      assert.are.same(sorted(want), committed_values(client, output, 1, 30))
+      assert.are.equal(30, assert(c:committed { { topic = input, partition = 0 } })[1].offset)
+      c:close()
+    end)
+
     it("misuse raises; the state machine is visible", function()
       local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid") })
       assert.are.equal("uninitialized", tp:transaction_state())
