@@ -22,9 +22,19 @@
 -- failed messages' reports, and successes are just counted - the fast path
 -- for high volumes).
 --
--- Delivery is at least once: a request whose response is lost is retried,
--- so a retried batch can be written twice. Retries never reorder messages
--- within a partition: one batch per partition is in flight at a time.
+-- enable_idempotence (nil: on where the cluster supports it and acks is
+-- -1), max_in_flight_requests_per_connection (5), transactional_id,
+-- transaction_timeout_ms (60000).
+--
+-- Delivery: idempotent by default (a producer id, per-partition sequence
+-- numbers stamped when a batch is sealed: a retried batch the broker has
+-- already is answered DUPLICATE_SEQUENCE_NUMBER, not written twice; up to
+-- 5 batches per partition in flight, kept in order by the broker's
+-- sequence checks). With enable_idempotence = false (or acks 0/1) at least
+-- once: a retried batch can be written twice, and one batch per partition
+-- is in flight so retries never reorder. Transactions: init_transactions,
+-- begin_transaction, send, send_offsets_to_transaction,
+-- commit_transaction, abort_transaction (README: Transactions).
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 local check = require "kafka.check"
