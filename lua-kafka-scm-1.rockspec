@@ -43,6 +43,7 @@ build = {
     ["kafka.check"] = "lua/kafka/check.lua",
     ["kafka.socket"] = "lua/kafka/socket.lua",
     ["kafka.sasl"] = "lua/kafka/sasl.lua",
+    ["kafka.txn"] = "lua/kafka/txn.lua",
     ["kafka.connection"] = "lua/kafka/connection.lua",
     ["kafka.client"] = "lua/kafka/client.lua",
     ["kafka.producer"] = "lua/kafka/producer.lua",

@@ -1,11 +1,18 @@
 -- bench/e2e.lua: our producer and consumer, N messages of SIZE bytes to a
 -- fresh topic per run (acks=all, batching on), then read back. Same output
--- as bench/rdkafka_bench.c.   lua5.4 bench/e2e.lua BROKERS TOPIC_PREFIX N RUNS SIZE [CODEC]
+-- as bench/rdkafka_bench.c.   lua5.4 bench/e2e.lua BROKERS TOPIC_PREFIX N RUNS SIZE [CODEC [MODE]]
+-- MODE: "idempotent" or "plain" (enable_idempotence true/false; the ops are then
+-- named produce_MODE / consume_MODE); without it the producer's default (idempotent).
 local kafka = require "kafka"
 local socket = require "socket"
 
 local brokers, prefix, n, runs, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5])
 local codec = arg[6] or "none"
+local mode = arg[7]
+assert(mode == nil or mode == "idempotent" or mode == "plain", "MODE: idempotent or plain")
+local suffix = mode and ("_" .. mode) or ""
+local idem -- nil: the producer's default
+if mode == "plain" then idem = false elseif mode == "idempotent" then idem = true end
 local client = kafka.client.new { brokers = brokers, client_id = "bench" }
 -- values prepared up front (1,000 distinct ones, cycled): the bench
 -- measures the client, not Lua string building (the C peer snprintf()s)
@@ -19,7 +26,8 @@ for r = 0, runs do -- run 0 is the warm-up
   local topic = prefix .. r
   -- default batching (linger_ms 100, batch_size 1 MiB); successes counted,
   -- failures reported (librdkafka's bench counts in a delivery callback)
-  local p = kafka.producer.new(client, { acks = -1, delivery_reports = "errors", compression = codec })
+  local p = kafka.producer.new(client, { acks = -1, delivery_reports = "errors", compression = codec,
+    enable_idempotence = idem })
   local t0 = socket.gettime()
   for i = 1, n do
     assert(p:send(topic, pool[i % 1000 + 1]))
@@ -28,7 +36,7 @@ for r = 0, runs do -- run 0 is the warm-up
   assert(delivered == n, delivered .. " delivered")
   local t1 = socket.gettime()
   assert(failed == 0, failed .. " messages failed")
-  if r > 0 then print(("produce\t%d\t%s\t%.0f"):format(size, codec, n / (t1 - t0))) end
+  if r > 0 then print(("produce%s\t%d\t%s\t%.0f"):format(suffix, size, codec, n / (t1 - t0))) end
 
   local c = kafka.consumer.new(client, { fetch_max_wait_ms = 100 })
   local parts = {}
@@ -41,7 +49,7 @@ for r = 0, runs do -- run 0 is the warm-up
     got = got + #msgs
   end
   t1 = socket.gettime()
-  if r > 0 then print(("consume\t%d\t%s\t%.0f"):format(size, codec, got / (t1 - t0))) end
+  if r > 0 then print(("consume%s\t%d\t%s\t%.0f"):format(suffix, size, codec, got / (t1 - t0))) end
   io.stdout:flush()
   assert(got == n, ("consumed %d of %d"):format(got, n))
 end

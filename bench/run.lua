@@ -96,6 +96,14 @@ if REAL then
       local args = ("%d %d %d %s"):format(case.n, E2E_RUNS, case.size, codec)
       collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %s"):format(env54, ROOT, bs, tag, args)))
       collect("real_java", lines(("%s %s real-java-%s %s"):format(java, bs, tag, args)))
+      if codec == "none" then
+        -- the idempotent producer (the default) beside enable_idempotence = false, same run
+        for _, mode in ipairs({ "idempotent", "plain" }) do
+          for r = 0, E2E_RUNS do rt.create_topic(admin, "real-" .. mode .. "-" .. tag .. r, 6, 1) end
+          collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-%s-%s %s %s"):format(env54, ROOT, bs, mode,
+            tag, args, mode)))
+        end
+      end
     end
   end
   admin:close()
@@ -143,6 +151,12 @@ if REAL then
           (r.real_java or 0) * case.size / 1e6, ratio(r.real_lua54, r.real_java))
       end
     end
+  end
+  for _, case in ipairs(REAL_CASES) do
+    local i = results["produce_idempotent " .. case.size .. " none"] or {}
+    local pl = results["produce_plain " .. case.size .. " none"] or {}
+    real[#real + 1] = ("| produce %d x %d B, idempotent (default) / enable_idempotence = false | %s msg/s | %s msg/s | %s |")
+      :format(case.n, case.size, M(i.real_lua54), M(pl.real_lua54), ratio(i.real_lua54, pl.real_lua54))
   end
 end
 

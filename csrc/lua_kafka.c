@@ -307,6 +307,7 @@ static int encode_messages(lua_State *L, int idx, int magic, box *bx, kf_writer 
 typedef struct lbatch {
   kf_batch b;
   kf_writer out;
+  kf_batch_opts stamp; /* the options a request encodes it with (b:stamp) */
   int live;
 } lbatch;
 
@@ -336,6 +337,7 @@ static int l_batch(lua_State *L) {
   lb = (lbatch *)kf_newuserdata(L, sizeof(lbatch));
   kf_batch_init(&lb->b, magic, codec);
   kf_w_init(&lb->out);
+  kf_batch_opts_default(&lb->stamp);
   lb->live = 1;
   luaL_setmetatable(L, BATCH_MT);
   return 1;
@@ -377,6 +379,17 @@ static int l_batch_encode(lua_State *L) {
   lb->out.err = 0;
   if (kf_batch_encode(&lb->b, &o, &lb->out, &e)) return push_fail(L, &e);
   lua_pushlstring(L, lb->out.len ? (const char *)lb->out.buf : "", lb->out.len);
+  return 1;
+}
+
+/* b:stamp{producer_id=, producer_epoch=, base_sequence=, transactional=}
+ * -> b: the options the builder is encoded with when it goes into a request
+ * (a Produce's records field); without a stamp, the defaults. */
+static int l_batch_stamp(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  batch_opts(L, lua_isnoneornil(L, 2) ? 0 : 2, &lb->stamp);
+  lua_settop(L, 1);
   return 1;
 }
 
@@ -515,11 +528,9 @@ static int e_records(void *u, const kf_field *f, kf_writer *w, int kind, int nul
     if (t == LUA_TTABLE) {
       rc = encode_messages(L, lua_gettop(L), c->magic, c->bx, dst, e);
     } else {
-      kf_batch_opts o;
       lbatch *lb = (lbatch *)lua_touserdata(L, -1);
       if (!lb->live) luaL_error(L, "record batch builder is closed");
-      kf_batch_opts_default(&o);
-      rc = kf_batch_encode(&lb->b, &o, dst, e);
+      rc = kf_batch_encode(&lb->b, &lb->stamp, dst, e);
     }
     if (!rc && kind == 32) {
       if (w->len - at - 4 > INT32_MAX) w->err = KF_EVALUE;
@@ -1549,6 +1560,7 @@ static const luaL_Reg batch_methods[] = {
   {"bytes_size", l_batch_bytes},
   {"encode", l_batch_encode},
   {"clear", l_batch_clear},
+  {"stamp", l_batch_stamp},
   {"close", l_batch_close},
   {NULL, NULL}
 };

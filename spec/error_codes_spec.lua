@@ -33,7 +33,10 @@ local function source_codes()
   local found = {}
   for file in p:lines() do
     for n, l in ipairs(lines(file)) do
-      local part = l:match("return nil,(.*)$") or l:match("fail%((.*)$") or l:match("[%w_]*code%s*=%s*(.*)$")
+      -- code = "x", or code = cond and "x" or "y" (not code = f("argument"))
+      local assigned = l:match("[%w_]*code%s*=%s*(.*)$")
+      if assigned and not (assigned:match('^"') or assigned:match(' and "')) then assigned = nil end
+      local part = l:match("return nil,(.*)$") or l:match("fail%((.*)$") or assigned
       if part and not l:match("^%s*%-%-") and not l:match("check%.") and not l:match("error%(") then
         part = part:gsub("%-%-.*$", "")
         for lit in part:gmatch('"([%w_]+)"') do

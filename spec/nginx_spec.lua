@@ -350,10 +350,16 @@ describe("nginx (the OpenResty example, two workers)", function()
     local missing, dups = check_ids(seen, ids, "%s content")
     local stopped = {}
     for n in errlog():gmatch("worker stopped with (%d+) messages buffered") do stopped[#stopped + 1] = n end
-    io.stderr:write(("  stop: buffered in the workers at the stop: %s; %d messages, duplicates %d\n"):format(
-      #stopped > 0 and table.concat(stopped, ", ") or "none", total, dups))
-    assert.are.equal(0, missing)
-    assert_clean_log()
+    -- a fast stop gives the workers about a second: what could not be sent
+    -- in it is reported failed in the error log, never dropped silently
+    local reported = 0
+    for x in errlog():gmatch("worker stopped: (%d+) of %d+ buffered messages not delivered") do
+      reported = reported + tonumber(x)
+    end
+    io.stderr:write(("  stop: buffered in the workers at the stop: %s; %d messages, duplicates %d, reported failed %d\n")
+      :format(#stopped > 0 and table.concat(stopped, ", ") or "none", total, dups, reported))
+    assert.is_true(missing <= reported, ("%d messages missing, %d reported failed"):format(missing, reported))
+    assert_clean_log(reported > 0 and "worker stopped: " or nil)
     start_nginx() -- for teardown's stop
   end)
 end)

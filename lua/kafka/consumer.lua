@@ -28,6 +28,7 @@
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 local check = require "kafka.check"
+local txn = require "kafka.txn"
 
 local errors = proto.errors
 local API = proto.api
@@ -38,13 +39,14 @@ local _M = {}
 local mt = { __index = _M }
 
 local WHERE = "kafka.consumer.new"
+local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
 local OFFSET_WORDS = { "earliest", "latest", "committed", -1, -2 }
 
 function _M.new(client_or_opts, opts)
   local client, own = client_mod.ensure(client_or_opts, WHERE)
   opts = check.opts(WHERE, opts)
   local int = check.int
-  return setmetatable({
+  local self = setmetatable({
     client = client,
     own_client = own,
     group_id = check.typed(WHERE, "group_id", opts.group_id, nil, "string"),
@@ -54,10 +56,12 @@ function _M.new(client_or_opts, opts)
     fetch_min_bytes = int(WHERE, "fetch_min_bytes", opts.fetch_min_bytes, 1, 0),
     fetch_max_bytes = int(WHERE, "fetch_max_bytes", opts.fetch_max_bytes, 8388608, 1),
     max_partition_fetch_bytes = int(WHERE, "max_partition_fetch_bytes", opts.max_partition_fetch_bytes, 1048576, 1),
-    isolation_level = check.oneof(WHERE, "isolation_level", opts.isolation_level, 0, { 0, 1 }),
+    isolation_level = ISOLATION[check.oneof(WHERE, "isolation_level", opts.isolation_level, 0,
+      { 0, 1, "read_uncommitted", "read_committed" })],
     decode_opts = { check_crc = check.bool(WHERE, "check_crcs", opts.check_crcs, true),
                     max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
                     skip_control = true, batches = false },
+    decode_txn = nil, -- decode_opts with the batch list (read_committed with aborted transactions)
     fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
     retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
     max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 10000, 1),
@@ -68,6 +72,12 @@ function _M.new(client_or_opts, opts)
     fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
     flist = {},   -- the same, oldest first
   }, mt)
+  if self.isolation_level == 1 then
+    self.decode_txn = {}
+    for k, v in pairs(self.decode_opts) do self.decode_txn[k] = v end
+    self.decode_txn.batches = true
+  end
+  return self
 end
 
 local function pkey(topic, partition) return topic .. "\0" .. partition end
@@ -192,7 +202,8 @@ function _M:_partition_result(st, pr, out)
   -- decoded in C straight into `out`: records below the position (a
   -- compressed batch starts early) and control records are left out,
   -- topic/partition/high_watermark set in every message
-  local opts = self.decode_opts
+  local aborted = self.isolation_level == 1 and pr.aborted_transactions
+  local opts = aborted and aborted[1] and self.decode_txn or self.decode_opts
   local set = st.set
   set.high_watermark = pr.high_watermark
   opts.into, opts.set, opts.min_offset = out, set, st.offset
@@ -205,6 +216,7 @@ function _M:_partition_result(st, pr, out)
     local msg = type(info) == "table" and info.errors[1] or info
     return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(msg)), code or "corrupt"
   end
+  if opts == self.decode_txn then txn.drop_aborted(out, before, info.batches, aborted) end -- read_committed
   local next_pos = info.next_offset
   if next_pos and next_pos > st.offset then
     st.offset = next_pos

@@ -182,6 +182,10 @@ _M.codes = {
   invalid = "an argument the operation cannot use now (a partition not assigned, 'committed' without a group_id)",
   offset_out_of_range = "the position is outside the log and auto_offset_reset is \"error\"",
   no_offset = "no committed offset to start from",
+  -- idempotence and transactions
+  fenced = "fatal: another producer with the same transactional id (or a newer epoch) took over",
+  fatal = "fatal producer error (authorization, invalid transaction state, an epoch that cannot be bumped)",
+  abortable = "the transaction must be aborted, then the producer goes on",
   internal = "a bug in lua-kafka: please report it",
 }
 

@@ -22,12 +22,22 @@
 -- failed messages' reports, and successes are just counted - the fast path
 -- for high volumes).
 --
+-- enable_idempotence (nil: on where the cluster supports it and acks is
+-- -1), max_in_flight_requests_per_connection (5), transactional_id,
+-- transaction_timeout_ms (60000).
+--
+-- Delivery: idempotent by default (a producer id, per-partition sequence
+-- numbers stamped when a batch is sealed: a retried batch the broker has
+-- already is answered DUPLICATE_SEQUENCE_NUMBER, not written twice; up to
+-- 5 batches per partition in flight, kept in order by the broker's
+-- sequence checks). With enable_idempotence = false (or acks 0/1) at least
+-- once: a retried batch can be written twice, and one batch per partition
+-- is in flight so retries never reorder. Transactions: init_transactions,
+-- begin_transaction, send, send_offsets_to_transaction,
+-- commit_transaction, abort_transaction (README: Transactions).
+--
 -- background (default: true inside nginx when the client uses cosockets,
 -- false elsewhere): see "In nginx" below; exit_flush_timeout_ms (5000).
---
--- Delivery is at least once: a request whose response is lost is retried,
--- so a retried batch can be written twice. Retries never reorder messages
--- within a partition: one batch per partition is in flight at a time.
 --
 -- In nginx (background mode) the network I/O runs in one background timer
 -- per producer and worker, the sender, which owns every connection it uses
@@ -52,10 +62,11 @@ local ksocket = require "kafka.socket"
 local ngx = ngx -- luacheck: ignore (nil outside OpenResty)
 
 local errors = proto.errors
-local PRODUCE = proto.api.Produce
+local API = proto.api
+local PRODUCE = API.Produce
 local math, table, debug = math, table, debug
-local setmetatable, tostring, type, ipairs, pairs, error, xpcall, next, pcall, require = setmetatable, tostring,
-  type, ipairs, pairs, error, xpcall, next, pcall, require
+local setmetatable, tostring, type, ipairs, pairs, error, xpcall, next, pcall, require, select = setmetatable,
+  tostring, type, ipairs, pairs, error, xpcall, next, pcall, require, select
 
 local _M = {}
 local mt = { __index = _M }
@@ -78,10 +89,43 @@ function _M.new(client_or_opts, opts)
   local bg = check.bool(WHERE, "background", opts.background, nil)
   if bg == nil then bg = ksocket.in_nginx() and client.opts.socket == nil end
   if bg and not ksocket.in_nginx() then error(WHERE .. ": background = true needs nginx (lua-nginx-module)", 2) end
+  local acks = check.oneof(WHERE, "acks", opts.acks, -1, { -1, 0, 1 })
+  local txn_id = check.typed(WHERE, "transactional_id", opts.transactional_id, nil, "string")
+  if txn_id == "" then check.fail(WHERE, "transactional_id", "a non-empty string", txn_id) end
+  local idem = check.bool(WHERE, "enable_idempotence", opts.enable_idempotence, nil)
+  if txn_id and idem == false then
+    error(WHERE .. ": transactional_id needs enable_idempotence (got false)", 2)
+  end
+  if txn_id then idem = true end
+  if idem == true and acks ~= -1 then
+    error(("%s: enable_idempotence needs acks = -1 (got acks = %d)"):format(WHERE, acks), 2)
+  end
+  -- nil: on where the cluster supports it (InitProducerId, record format v2) and acks is -1
+  local idem_mode = idem == true and "on" or (idem == false and "off" or (acks == -1 and "auto" or "off"))
+  local max_in_flight = int(WHERE, "max_in_flight_requests_per_connection",
+    opts.max_in_flight_requests_per_connection, 5, 1)
+  if idem_mode ~= "off" and max_in_flight > 5 then
+    error(("%s: max_in_flight_requests_per_connection must be <= 5 with idempotence (got %d)"):format(
+      WHERE, max_in_flight), 2)
+  end
   local p = setmetatable({
     client = client,
     own_client = own,
-    acks = check.oneof(WHERE, "acks", opts.acks, -1, { -1, 0, 1 }),
+    acks = acks,
+    -- idempotence and transactions (see the transaction manager below)
+    idem_mode = idem_mode,          -- "on", "off", "auto" (decided at the first send round)
+    idempotent = nil,               -- true once a producer id is held, false when off
+    max_in_flight = max_in_flight,  -- batches per partition in flight (1 without idempotence)
+    transactional_id = txn_id,
+    transaction_timeout_ms = int(WHERE, "transaction_timeout_ms", opts.transaction_timeout_ms, 60000, 1),
+    producer_id = -1,
+    producer_epoch = -1,
+    pstate = {},                    -- topic -> partition -> {next_seq=, n_in_flight=, drain=}
+    need_bump = false,              -- an epoch bump (KIP-360) is due once nothing is in flight
+    txn_state = txn_id and "uninitialized" or nil,
+    txn_error = nil,                -- {err, code, kcode} in "abortable_error" / "fatal_error"
+    txn_parts = {},                 -- topic -> partition -> true: added to the transaction
+    txn_failed = 0,                 -- messages of the current transaction that failed
     codec = codec,
     linger_ms = int(WHERE, "linger_ms", opts.linger_ms, 100, 0),
     batch_size = int(WHERE, "batch_size", opts.batch_size, 1048576, 1),
@@ -123,6 +167,7 @@ function _M.new(client_or_opts, opts)
     exit_flush_timeout_ms = int(WHERE, "exit_flush_timeout_ms", opts.exit_flush_timeout_ms, 5000, 0),
     sender_state = bg and "stopped" or "sync",
   }, mt)
+  if idem_mode == "off" then p.idempotent = false end
   if bg then p:_bg_init(client) end
   return p
 end
@@ -178,6 +223,13 @@ end
 -- | nil, err, code ("too_large", "buffer_full", "unknown_topic",
 -- "unknown_partition", "retriable", ...). Raises on wrong argument types.
 function _M:send(topic, value, o)
+  local tst = self.txn_state
+  if tst and tst ~= "in_transaction" then
+    local e = self.txn_error
+    if e then return nil, e.err, e.code, e.kcode end
+    error(("send: a transactional producer sends inside a transaction: call %s first (state %q)"):format(
+      tst == "uninitialized" and "init_transactions()" or "begin_transaction()", tst), 2)
+  end
   if type(topic) ~= "string" or topic == "" then check.fail("send", "topic", "a non-empty string", topic) end
   if value ~= nil and type(value) ~= "string" then check.fail("send", "value", "a string or nil", value) end
   local key, partition, headers, ts
@@ -340,51 +392,313 @@ function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
   end
 end
 
--- Fails the first batch of topic/partition.
+local function remove_batch(q, batch)
+  for i = 1, #q do
+    if q[i] == batch then
+      table.remove(q, i)
+      return
+    end
+  end
+end
+
+-- Fails a batch of topic/partition (removed from its queue). With
+-- idempotence a sealed batch given up leaves a hole in the partition's
+-- sequence (it may or may not have been written): the next batches need a
+-- new epoch (KIP-360); in a transaction it makes the transaction abortable.
 function _M:_fail(topic, partition, batch, err, code, kcode)
-  table.remove(self.queues[topic][partition], 1)
+  remove_batch(self.queues[topic][partition], batch)
+  if batch.seq and self.idempotent then self.need_bump = true end
+  if self.txn_state == "in_transaction" or self.txn_state == "committing" then
+    self:_txn_error("abortable_error", ("a message of the transaction failed: %s"):format(tostring(err)),
+      "abortable", kcode)
+  end
   self:_done(topic, partition, batch, nil, err, code, kcode)
 end
 
--- Sends one round: the first batch of every partition that is due (not in
--- flight, not waiting for its retry backoff), one request per leader
+-- The per-partition idempotence state: next_seq (the next batch's base
+-- sequence), drain (after a failed attempt nothing more of the partition
+-- is sent until its batches in flight have answered; then the queue is
+-- sent again in order).
+function _M:_pstate(topic, partition)
+  local tp = self.pstate[topic]
+  if not tp then
+    tp = {}
+    self.pstate[topic] = tp
+  end
+  local ps = tp[partition]
+  if not ps then
+    ps = { next_seq = 0 }
+    tp[partition] = ps
+  end
+  return ps
+end
+
+local function seq_add(seq, n)
+  local x = seq + n
+  if x > 2147483647 then x = x - 2147483648 end
+  return x
+end
+
+-- Stamps a sealed batch with the producer id, epoch and its base sequence.
+function _M:_stamp(topic, partition, batch)
+  local ps = self:_pstate(topic, partition)
+  batch.seq = ps.next_seq
+  ps.next_seq = seq_add(ps.next_seq, batch.count)
+  batch.b:stamp { producer_id = self.producer_id, producer_epoch = self.producer_epoch, base_sequence = batch.seq,
+    transactional = self.transactional_id ~= nil }
+end
+
+-- One InitProducerId attempt (for client:call) on conn: body decides
+-- whether it is transactional and whether it bumps the current epoch.
+local function init_pid(self, c, body, deadline)
+  local v, err, code = c:version(API.InitProducerId)
+  if not v then return nil, err, code end
+  if body.producer_id >= 0 and v < 3 then
+    if self.transactional_id then
+      return nil, ("%s: InitProducerId v%d cannot bump an epoch (v3+, Kafka 2.5+)"):format(c:name(), v), "fatal"
+    end
+    body = { transactional_id = nil, transaction_timeout_ms = body.transaction_timeout_ms, producer_id = -1,
+      producer_epoch = -1 } -- an older broker: a new producer id instead
+  end
+  local resp
+  resp, err, code = c:request(API.InitProducerId, body, { version = v, deadline = deadline })
+  if not resp then return nil, err, code end
+  if resp.error_code ~= errors.NONE then
+    return nil, self:_kafka_error("InitProducerId", resp.error_code)
+  end
+  return resp
+end
+
+-- A new producer id from whichever connected broker answers first (the
+-- request goes to all of them at once, the other answers are dropped): a
+-- slow broker does not hold up the first send round. false when no broker
+-- is connected yet.
+function _M:_first_pid(deadline)
+  local client = self.client
+  local body = { transactional_id = nil, transaction_timeout_ms = 2147483647, producer_id = -1, producer_epoch = -1 }
+  local sent = {}
+  for _, c in pairs(client.conns) do
+    local v = c:is_connected() and c:version(API.InitProducerId)
+    if v then
+      local corr = c:send(API.InitProducerId, v, body, { deadline = deadline })
+      if corr then sent[#sent + 1] = { c = c, corr = corr } end
+    end
+  end
+  if not sent[1] then return false end
+  local last_err, last_code = "no answer to InitProducerId", "network"
+  while sent[1] and client.now() < deadline do
+    local slice = #sent > 1 and math.min(deadline, client.now() + 20) or deadline
+    for i = #sent, 1, -1 do
+      local x = sent[i]
+      local resp, err, code = x.c:receive(x.corr, slice)
+      if resp then
+        for j, y in ipairs(sent) do if j ~= i then y.c:abandon(y.corr) end end
+        if resp.error_code ~= errors.NONE then return nil, self:_kafka_error("InitProducerId", resp.error_code) end
+        return resp
+      end
+      if not (code == "timeout" and x.c:waiting(x.corr)) then
+        table.remove(sent, i)
+        last_err, last_code = err, code
+      end
+    end
+  end
+  for _, y in ipairs(sent) do y.c:abandon(y.corr) end
+  return nil, last_err, last_code
+end
+
+-- Decides idempotence ("auto": on where the cluster has InitProducerId and
+-- record format v2) and gets a producer id from any broker. Returns true,
+-- or nil, err, code (the round's batches then fail with it).
+function _M:_init_idempotence()
+  local client = self.client
+  local magic, err, code = self:_magic()
+  if not magic then return nil, err, code end
+  local c
+  c, err, code = client:any_broker()
+  if not c then return nil, err, code end
+  local v = c:version(API.InitProducerId)
+  if not v or magic < 2 then
+    if self.idem_mode == "auto" then
+      self.idem_mode, self.idempotent = "off", false
+      return true
+    end
+    return nil, ("enable_idempotence: %s does not support InitProducerId and record format v2 (Kafka 0.11+)")
+      :format(c:name()), "unsupported"
+  end
+  local resp
+  resp, err, code = client:call(function(deadline)
+    local r, ferr, fcode, fkcode, fretr = self:_first_pid(deadline)
+    if r ~= false then return r, ferr, fcode, fkcode, fretr end
+    local conn, cerr, ccode = client:any_broker(deadline)
+    if not conn then return nil, cerr, ccode end
+    return init_pid(self, conn, { transactional_id = nil, transaction_timeout_ms = 2147483647, producer_id = -1,
+      producer_epoch = -1 }, deadline)
+  end)
+  if not resp then
+    if self.idem_mode == "auto" and code == "kafka" then -- e.g. no IdempotentWrite permission
+      self.idem_mode, self.idempotent = "off", false
+      return true
+    end
+    return nil, err, code
+  end
+  self.producer_id, self.producer_epoch, self.idempotent = resp.producer_id, resp.producer_epoch, true
+  return true
+end
+
+-- The epoch bump (KIP-360) of an idempotent producer, once nothing is in
+-- flight: InitProducerId with the current id and epoch (a new id from
+-- brokers before 2.5), every partition's sequence back to 0, and the
+-- batches still queued stamped again in order.
+function _M:_bump()
+  local client = self.client
+  local resp, err, code, kcode = client:call(function(deadline)
+    local conn, cerr, ccode = client:any_broker(deadline)
+    if not conn then return nil, cerr, ccode end
+    return init_pid(self, conn, { transactional_id = nil, transaction_timeout_ms = 2147483647,
+      producer_id = self.producer_id, producer_epoch = self.producer_epoch }, deadline)
+  end)
+  if not resp then
+    if code == "fenced" or code == "fatal" then self:_txn_error("fatal_error", err, code, kcode) end
+    return nil, err, code, kcode
+  end
+  self:_reset_sequences(resp.producer_id, resp.producer_epoch)
+  return true
+end
+
+function _M:_reset_sequences(pid, epoch)
+  self.producer_id, self.producer_epoch = pid, epoch
+  self.pstate, self.need_bump = {}, false
+  for topic, tq in pairs(self.queues) do
+    for _, partition in ipairs(self.order[topic]) do
+      for _, b in ipairs(tq[partition] or {}) do
+        if b.seq then self:_stamp(topic, partition, b) end
+      end
+    end
+  end
+end
+
+-- Fails every queued batch not in flight (a fatal or abortable state).
+function _M:_fail_queued(err, code, kcode)
+  for topic, tq in pairs(self.queues) do
+    for partition, q in pairs(tq) do
+      local i = 1
+      while q[i] do
+        if q[i].in_flight then i = i + 1 else self:_done_fail(topic, partition, q, i, err, code, kcode) end
+      end
+    end
+  end
+end
+
+function _M:_done_fail(topic, partition, q, i, err, code, kcode)
+  local batch = table.remove(q, i)
+  if batch.seq and self.idempotent then self.need_bump = true end
+  self:_done(topic, partition, batch, nil, err, code, kcode)
+end
+
+-- Sends one round: the batches of every partition that are due (not in
+-- flight, not waiting for their retry backoff), one request per leader
 -- (grouped by the client), every request before any answer is read
 -- (brokers work in parallel). Batches past their delivery deadline fail
--- here. The requests join self.in_flight; a partition has one batch in
--- flight at a time, so retries never reorder it, and each partition goes
--- on as soon as its own answer is in (a slow broker holds up only its own
--- partitions).
+-- here. The requests join self.in_flight. Without idempotence a partition
+-- has one batch in flight at a time, so retries never reorder it; with
+-- idempotence up to max_in_flight_requests_per_connection (5), in order,
+-- one per request (each request carries at most one batch per
+-- partition): a failed attempt stops the partition until its batches in
+-- flight have answered, then its queue is sent again in order (the
+-- broker's sequence checks refuse what would reorder it, and
+-- DUPLICATE_SEQUENCE_NUMBER answers what it already has). Each partition
+-- goes on as soon as its own answer is in (a slow broker holds up only
+-- its own partitions). linger (the background sender): a partition's last
+-- batch goes when full or linger_ms old, and self.bg_wake says when the
+-- next batch is due.
 function _M:_send_round(deadline, linger)
+  self.bg_wake = math.huge
+  local st = self.txn_state
+  if st == "fatal_error" or st == "abortable_error" then
+    local e = self.txn_error
+    self:_fail_queued(e.err, e.code, e.kcode)
+    return
+  end
+  if self.idempotent == nil and self.idem_mode ~= "off" then
+    local ok, err, code = self:_init_idempotence()
+    if not ok then
+      self:_fail_queued(err, code)
+      return
+    end
+  end
+  if self.need_bump and self.idempotent and not self.transactional_id then
+    if self.in_flight[1] then return end -- the bump waits for every answer in flight
+    local ok, err, code, kcode = self:_bump()
+    if not ok then
+      self:_fail_queued(err, code, kcode)
+      return
+    end
+  end
   local now = self.client.now()
   local items = {}
-  local wake = math.huge -- with linger (the background sender): when the next batch is due
+  local wake = math.huge
+  local maxf = self.idempotent and self.max_in_flight or 1
+  local n_items = 0
   for topic, tq in pairs(self.queues) do
     for _, partition in ipairs(self.order[topic]) do
       local q = tq[partition]
-      local batch = q and q[1]
-      while batch and not batch.in_flight and now >= batch.expires do
-        self:_fail(topic, partition, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
-          self.delivery_timeout_ms, batch.attempts, batch.last_err and (": " .. tostring(batch.last_err)) or ""),
-          "timeout", batch.last_kcode)
-        batch = q[1]
-      end
-      if batch and not batch.in_flight then
-        if now < batch.next_try then
-          if linger then
-            local t = batch.next_try < batch.expires and batch.next_try or batch.expires
-            if t < wake then wake = t end
-          end
-        elseif linger and not q[2] and now < batch.born + linger then
-          -- the background sender: a batch goes when full or linger_ms old
-          if batch.born + linger < wake then wake = batch.born + linger end
+      local i, n = 1, 0
+      while q and q[i] do
+        local batch = q[i]
+        if batch.in_flight then
+          n, i = n + 1, i + 1
+        elseif now >= batch.expires then
+          self:_fail(topic, partition, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
+            self.delivery_timeout_ms, batch.attempts, batch.last_err and (": " .. tostring(batch.last_err)) or ""),
+            "timeout", batch.last_kcode)
         else
-          items[#items + 1] = { topic = topic, partition = partition, batch = batch }
+          i = i + 1
+        end
+      end
+      local ps = self.idempotent and self:_pstate(topic, partition)
+      if ps and ps.drain and n == 0 then ps.drain = nil end
+      if q and not (ps and ps.drain) then
+        local slot = 0
+        for k = 1, #q do
+          local batch = q[k]
+          if not batch.in_flight then
+            if n >= maxf then break end
+            if now < batch.next_try then
+              if linger then
+                local t = batch.next_try < batch.expires and batch.next_try or batch.expires
+                if t < wake then wake = t end
+              end
+              break
+            end
+            if linger and not q[k + 1] and now < batch.born + linger then
+              if batch.born + linger < wake then wake = batch.born + linger end
+              break
+            end
+            n, slot, n_items = n + 1, slot + 1, n_items + 1
+            items[#items + 1] = { topic = topic, partition = partition, batch = batch, slot = slot, at = n_items }
+          end
         end
       end
     end
   end
   self.bg_wake = wake
   if #items == 0 then return end
+  -- a partition's k-th batch goes into the k-th request to its leader: all
+  -- first batches before any second one, so a partition's requests leave in order
+  if maxf > 1 then
+    table.sort(items, function(a, b)
+      if a.slot ~= b.slot then return a.slot < b.slot end
+      return a.at < b.at
+    end)
+  end
+  if self.transactional_id then
+    local ok = self:_add_partitions(items)
+    if not ok then
+      local e = self.txn_error
+      self:_fail_queued(e.err, e.code, e.kcode)
+      return
+    end
+  end
   local groups, failed = self.client:group(items, deadline)
   for _, f in ipairs(failed) do
     local it = f.item
@@ -392,18 +706,25 @@ function _M:_send_round(deadline, linger)
   end
   local reqs = {}
   for _, g in ipairs(groups) do
-    local req
+    local cur = {} -- slot -> the request being filled
     for _, it in ipairs(g.items) do
       local batch = it.batch
       -- sealed: later messages go to a new batch. The builder itself goes
       -- into the request (encoded straight into the frame, no string);
-      -- a retry encodes the same bytes again.
-      batch.sealed = true
+      -- a retry encodes the same bytes again (the same sequence too).
+      if not batch.sealed then
+        batch.sealed = true
+        if self.idempotent then self:_stamp(it.topic, it.partition, batch) end
+      elseif self.idempotent and not batch.seq then
+        self:_stamp(it.topic, it.partition, batch)
+      end
       -- requests stay under max_request_bytes (at least one batch each):
       -- smaller frames recycle memory instead of faulting in fresh pages
+      local req = cur[it.slot]
       if not req or (req.size > 0 and req.size + batch.size > self.max_request_bytes) then
         req = { topics = {}, list = {}, items = {}, size = 0, conn = g.conn }
         reqs[#reqs + 1] = req
+        cur[it.slot] = req
       end
       req.size = req.size + batch.size
       req.items[#req.items + 1] = it
@@ -421,9 +742,12 @@ function _M:_send_round(deadline, linger)
   for _, req in ipairs(reqs) do
     local conn = req.conn
     local v, err, code = conn:version(PRODUCE)
+    -- transactions: the flow with AddPartitionsToTxn (Produce v12 adds
+    -- partitions implicitly, KIP-890, not implemented)
+    if v and self.transactional_id and v > 11 then v = 11 end
     local corr
     if v then
-      corr, err, code = conn:send(PRODUCE, v, { transactional_id = nil, acks = self.acks,
+      corr, err, code = conn:send(PRODUCE, v, { transactional_id = self.transactional_id, acks = self.acks,
         timeout_ms = self.timeout_ms, topic_data = req.list }, { no_response = self.acks == 0,
         timeout_ms = self.timeout_ms, deadline = deadline })
     end
@@ -464,6 +788,10 @@ function _M:_wait_one(until_t)
   self:_settle(s, resp, err, code)
 end
 
+-- Produce errors of an idempotent producer, as Kafka's clients take them.
+local FENCED = { [errors.INVALID_PRODUCER_EPOCH] = true, [errors.PRODUCER_FENCED] = true }
+local FATAL = { [errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] = true, [errors.CLUSTER_AUTHORIZATION_FAILED] = true }
+
 function _M:_settle(s, resp, err, code)
   local results = {}
   if resp then
@@ -478,26 +806,47 @@ function _M:_settle(s, resp, err, code)
     if not resp then
       self:_retry(topic, partition, batch, err, code)
     elseif self.acks == 0 then
-      table.remove(q, 1)
+      remove_batch(q, batch)
       self:_done(topic, partition, batch, -1)
     else
       local pr = results[topic .. "\0" .. partition]
+      local ec = pr and pr.error_code
       if not pr then
         self:_retry(topic, partition, batch, "no result for the partition in the Produce response", "protocol")
-      elseif pr.error_code == errors.NONE then
-        table.remove(q, 1)
-        self:_done(topic, partition, batch, pr.base_offset)
+      elseif ec == errors.NONE or (ec == errors.DUPLICATE_SEQUENCE_NUMBER and self.idempotent) then
+        -- a duplicate: the broker has the batch already (a retry of an attempt whose answer was lost)
+        remove_batch(q, batch)
+        self:_done(topic, partition, batch, pr.base_offset or -1)
       else
-        local e = errors.info(pr.error_code)
+        local e = errors.info(ec)
         local msg = ("%s/%d: %s (%s)%s"):format(topic, partition, e.name, e.message,
           pr.error_message and (": " .. pr.error_message) or "")
-        if e.retriable then
+        if self.idempotent and (ec == errors.OUT_OF_ORDER_SEQUENCE_NUMBER or ec == errors.UNKNOWN_PRODUCER_ID) then
+          if q[1] ~= batch then
+            -- an earlier batch of the partition failed: this one is sent again after it
+            self:_retry(topic, partition, batch, msg, "retriable", ec)
+          elseif self.transactional_id then
+            self:_fail(topic, partition, batch, msg, "abortable", ec)
+          else
+            -- the broker lost the producer's state or a batch acknowledged
+            -- before (unclean leader election, retention): a new epoch, and
+            -- this batch is sent again under it
+            self.need_bump = true
+            self:_retry(topic, partition, batch, msg, "retriable", ec)
+          end
+        elseif self.idempotent and FENCED[ec] then
+          self:_txn_error("fatal_error", msg .. " (another producer with this id took over)", "fenced", ec)
+          self:_fail(topic, partition, batch, msg, "fenced", ec)
+        elseif self.idempotent and FATAL[ec] then
+          self:_txn_error("fatal_error", msg, "fatal", ec)
+          self:_fail(topic, partition, batch, msg, "fatal", ec)
+        elseif e.retriable then
           self:_retry(topic, partition, batch, msg, "retriable", e.code)
         else
           if e.code == errors.MESSAGE_TOO_LARGE and batch.count > 1 then
-            self:_split(topic, partition)
+            self:_split(topic, partition, batch)
           else
-            self:_fail(topic, partition, batch, msg, "kafka", e.code)
+            self:_fail(topic, partition, batch, msg, self.transactional_id and "abortable" or "kafka", e.code)
           end
         end
       end
@@ -509,9 +858,11 @@ end
 -- MESSAGE_TOO_LARGE (the topic's max.message.bytes limits a batch), into
 -- one batch per message, in order: only a message that is too large by
 -- itself then fails (the Java client splits batches the same way).
-function _M:_split(topic, partition)
+function _M:_split(topic, partition, batch)
   local q = self.queues[topic][partition]
-  local batch = table.remove(q, 1)
+  local at = 1
+  for i = 1, #q do if q[i] == batch then at = i end end
+  table.remove(q, at)
   local msgs = proto.decode_records(batch.b:encode { base_offset = 0 })
   batch.b:close()
   local ids, runs = {}, batch.runs
@@ -525,8 +876,15 @@ function _M:_split(topic, partition)
     left = left - size
     local b = proto.batch { magic = self.magic, compression = self.codec }
     assert(b:append(m.value, m.key, m.headers, m.timestamp))
-    table.insert(q, 1, { b = b, runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
-      sealed = true, next_try = 0, expires = batch.expires })
+    local nb = { b = b, runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
+      sealed = true, next_try = 0, expires = batch.expires }
+    if batch.seq then
+      -- the parts keep the refused batch's sequence range, one number each
+      nb.seq = seq_add(batch.seq, i - 1)
+      b:stamp { producer_id = self.producer_id, producer_epoch = self.producer_epoch, base_sequence = nb.seq,
+        transactional = self.transactional_id ~= nil }
+    end
+    table.insert(q, at, nb)
   end
 end
 
@@ -558,6 +916,7 @@ end
 -- not an attempt: the batch waits until the broker may be tried again.
 -- Non-retriable codes fail the batch at once.
 function _M:_retry(topic, partition, batch, err, code, kcode)
+  if self.idempotent then self:_pstate(topic, partition).drain = true end
   self.client:invalidate(topic)
   self.pcount[topic] = nil
   local now = self.client.now()
@@ -584,10 +943,13 @@ function _M:_next_due()
   local t = math.huge
   for _, tq in pairs(self.queues) do
     for _, q in pairs(tq) do
-      local b = q[1]
-      if b and not b.in_flight then
-        local due = b.next_try < b.expires and b.next_try or b.expires
-        if due < t then t = due end
+      for i = 1, #q do
+        local b = q[i]
+        if not b.in_flight then
+          local due = b.next_try < b.expires and b.next_try or b.expires
+          if due < t then t = due end
+          break
+        end
       end
     end
   end
@@ -682,6 +1044,352 @@ function _M:send_sync(topic, value, o)
     end
   end
   return nil, "no delivery report", "internal"
+end
+
+-- ---------------------------------------------------------------------------
+-- The transaction manager. States (Java's names): "uninitialized" ->
+-- init_transactions() -> "ready" -> begin_transaction() -> "in_transaction"
+-- -> commit_transaction() ("committing") or abort_transaction() ("aborting")
+-- -> "ready". A failed message, a refused AddPartitionsToTxn or offsets
+-- commit makes it "abortable_error" (abort_transaction() and go on); a
+-- newer producer with the same transactional_id (PRODUCER_FENCED,
+-- INVALID_PRODUCER_EPOCH) or an authorization failure makes it
+-- "fatal_error": every call then returns nil, err, "fenced" (or "fatal").
+-- The flow is Kafka's first one (KIP-98): AddPartitionsToTxn before a
+-- partition's first batch, Produce at most v11, EndTxn at most v4.
+
+local TXN_RETRIABLE = { [errors.CONCURRENT_TRANSACTIONS] = true, [errors.COORDINATOR_LOAD_IN_PROGRESS] = true,
+  [errors.COORDINATOR_NOT_AVAILABLE] = true, [errors.NOT_COORDINATOR] = true, [errors.REQUEST_TIMED_OUT] = true,
+  [errors.UNKNOWN_TOPIC_OR_PARTITION] = true }
+local TXN_FATAL = { [errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] = true,
+  [errors.CLUSTER_AUTHORIZATION_FAILED] = true, [errors.INVALID_TXN_STATE] = true,
+  [errors.UNSUPPORTED_VERSION] = true, [errors.UNSUPPORTED_FOR_MESSAGE_FORMAT] = true,
+  [errors.INVALID_TRANSACTION_TIMEOUT] = true }
+local TXN_FENCED = { [errors.PRODUCER_FENCED] = true, [errors.INVALID_PRODUCER_EPOCH] = true,
+  [errors.TRANSACTION_COORDINATOR_FENCED] = true }
+
+-- _kafka_error(what, error_code) -> err, code, kcode, retriable: the code
+-- is "retriable", "fenced", "fatal", "abortable" (in a transaction) or "kafka".
+function _M:_kafka_error(what, ec)
+  local e = errors.info(ec)
+  local msg = ("%s: %s (%s)"):format(what, e.name, e.message)
+  if TXN_RETRIABLE[ec] or (e.retriable and ec ~= errors.CONCURRENT_TRANSACTIONS) then
+    return msg, "retriable", ec, true
+  end
+  if TXN_FENCED[ec] then return msg .. " (another producer with this id took over)", "fenced", ec, false end
+  if TXN_FATAL[ec] then return msg, "fatal", ec, false end
+  if self.transactional_id then return msg, "abortable", ec, false end
+  return msg, "kafka", ec, false
+end
+
+-- Enters "abortable_error" or "fatal_error" (a fatal state is never left;
+-- an abortable one only for a fatal one).
+function _M:_txn_error(state, err, code, kcode)
+  if state == "fatal_error" then
+    if self.txn_state ~= "fatal_error" then
+      self.txn_state, self.txn_error = "fatal_error", { err = err, code = code, kcode = kcode }
+    end
+    return
+  end
+  if not self.transactional_id then return end
+  if self.txn_state == "in_transaction" or self.txn_state == "committing" then
+    self.txn_state, self.txn_error = "abortable_error", { err = err, code = code, kcode = kcode }
+  end
+end
+
+-- A request to the transaction coordinator, retried through the client:
+-- check(resp) -> true | nil, err, code, kcode, retriable.
+function _M:_txn_call(api, body, cap, check_resp)
+  local client = self.client
+  return client:call(function(deadline)
+    local c = self.txn_coord
+    local err, code, kcode, retriable
+    if not c or not c:is_connected() then
+      c, err, code, kcode, retriable = client:find_coordinator(self.transactional_id, 1, deadline)
+      if not c then return nil, err, code, kcode, retriable end
+      self.txn_coord = c
+    end
+    local v
+    v, err, code = c:version(api)
+    if not v then return nil, err, code end
+    if cap and v > cap then v = cap end
+    local req, berr, bcode = body(v)
+    if not req then return nil, berr, bcode, nil, false end
+    local resp
+    resp, err, code = c:request(api, req, { version = v, deadline = deadline })
+    if not resp then
+      self.txn_coord = nil
+      return nil, err, code
+    end
+    local ok
+    ok, err, code, kcode, retriable = check_resp(resp)
+    if not ok and (kcode == errors.NOT_COORDINATOR or kcode == errors.COORDINATOR_NOT_AVAILABLE) then
+      self.txn_coord = nil
+    end
+    if not ok then return nil, err, code, kcode, retriable end
+    return ok
+  end)
+end
+
+function _M:_top_error(what)
+  return function(resp)
+    if resp.error_code ~= errors.NONE then return nil, self:_kafka_error(what, resp.error_code) end
+    return resp
+  end
+end
+
+-- A state check: misuse raises; in an error state returns the error.
+function _M:_txn_guard(where, ...)
+  if not self.transactional_id then error(where .. ": the producer has no transactional_id", 3) end
+  local st = self.txn_state
+  for i = 1, select("#", ...) do
+    if st == select(i, ...) then return true end
+  end
+  if st == "fatal_error" or st == "abortable_error" then
+    local e = self.txn_error
+    return nil, e.err, e.code, e.kcode
+  end
+  error(("%s: not allowed in transaction state %q"):format(where, st), 3)
+end
+
+-- init_transactions() -> true | nil, err, code: the producer id and epoch of
+-- the transactional_id from its coordinator; an earlier producer with the
+-- same id is fenced and its open transaction aborted.
+function _M:init_transactions()
+  local ok, err, code, kcode = self:_txn_guard("init_transactions", "uninitialized")
+  if not ok then return nil, err, code, kcode end
+  local magic
+  magic, err, code = self:_magic()
+  if not magic then return nil, err, code end
+  if magic < 2 then return nil, "transactions need record format v2 (Kafka 0.11+)", "unsupported" end
+  local resp
+  resp, err, code, kcode = self:_txn_call(API.InitProducerId, function()
+    return { transactional_id = self.transactional_id, transaction_timeout_ms = self.transaction_timeout_ms,
+      producer_id = -1, producer_epoch = -1 }
+  end, nil, self:_top_error("InitProducerId " .. self.transactional_id))
+  if not resp then
+    if code == "fenced" or code == "fatal" then self:_txn_error("fatal_error", err, code, kcode) end
+    return nil, err, code, kcode
+  end
+  self.idempotent, self.idem_mode = true, "on"
+  self:_reset_sequences(resp.producer_id, resp.producer_epoch)
+  self.txn_state = "ready"
+  return true
+end
+
+-- begin_transaction() -> true | nil, err, code
+function _M:begin_transaction()
+  local ok, err, code, kcode = self:_txn_guard("begin_transaction", "ready")
+  if not ok then return nil, err, code, kcode end
+  self.txn_state, self.txn_parts, self.txn_has_offsets = "in_transaction", {}, false
+  return true
+end
+
+-- AddPartitionsToTxn for the partitions of a send round not in the
+-- transaction yet, in one request. true | nil (the state says why).
+function _M:_add_partitions(items)
+  local parts = self.txn_parts
+  local new, by_topic, n = {}, {}, 0
+  for _, it in ipairs(items) do
+    local tp = parts[it.topic]
+    if not (tp and tp[it.partition]) then
+      local t = by_topic[it.topic]
+      if not t then
+        t = { name = it.topic, partitions = {}, seen = {} }
+        by_topic[it.topic] = t
+        new[#new + 1] = t
+      end
+      if not t.seen[it.partition] then
+        t.seen[it.partition] = true
+        t.partitions[#t.partitions + 1] = it.partition
+        n = n + 1
+      end
+    end
+  end
+  if n == 0 then return true end
+  local topics = {}
+  for i, t in ipairs(new) do topics[i] = { name = t.name, partitions = t.partitions } end
+  local ok, err, code, kcode = self:_txn_call(API.AddPartitionsToTxn, function()
+    return { v3_and_below_transactional_id = self.transactional_id, v3_and_below_producer_id = self.producer_id,
+      v3_and_below_producer_epoch = self.producer_epoch, v3_and_below_topics = topics }
+  end, 3, function(resp)
+    local first
+    for _, tr in ipairs(resp.results_by_topic_v3_and_below or {}) do
+      for _, pr in ipairs(tr.results_by_partition or {}) do
+        local ec = pr.partition_error_code
+        -- OPERATION_NOT_ATTEMPTED: refused because another partition was
+        if ec ~= errors.NONE and ec ~= errors.OPERATION_NOT_ATTEMPTED then
+          if not first or TXN_RETRIABLE[ec] then first = { tr.name, pr.partition_index, ec } end
+        end
+      end
+    end
+    if first then
+      return nil, self:_kafka_error(("AddPartitionsToTxn %s/%d"):format(first[1], first[2]), first[3])
+    end
+    return true
+  end)
+  if not ok then
+    local fatal = code == "fenced" or code == "fatal"
+    self:_txn_error(fatal and "fatal_error" or "abortable_error", err, fatal and code or "abortable", kcode)
+    return nil
+  end
+  for _, t in ipairs(new) do
+    local tp = parts[t.name]
+    if not tp then
+      tp = {}
+      parts[t.name] = tp
+    end
+    for _, p in ipairs(t.partitions) do tp[p] = true end
+  end
+  return true
+end
+
+local function group_meta(where, gm)
+  if type(gm) == "string" then return { group_id = gm, generation_id = -1, member_id = "" } end
+  if type(gm) ~= "table" or type(gm.group_id) ~= "string" then
+    check.fail(where, "group_metadata", "a table {group_id=, generation_id=, member_id=} or a group id", gm)
+  end
+  check.int(where, "group_metadata.generation_id", gm.generation_id, nil)
+  check.typed(where, "group_metadata.member_id", gm.member_id, nil, "string")
+  check.typed(where, "group_metadata.group_instance_id", gm.group_instance_id, nil, "string")
+  return gm
+end
+
+-- send_offsets_to_transaction(offsets, group_metadata) -> true | nil, err, code:
+-- the consumer's offsets ({{topic=, partition=, offset=, metadata=}...},
+-- the next offsets to read) committed with the transaction
+-- (AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator with
+-- its generation and member id: a zombie member's commit is refused).
+function _M:send_offsets_to_transaction(offsets, gm)
+  local W = "send_offsets_to_transaction"
+  if type(offsets) ~= "table" then check.fail(W, "offsets", "an array of {topic=, partition=, offset=}", offsets) end
+  for i, o in ipairs(offsets) do
+    if type(o) ~= "table" or type(o.topic) ~= "string" then
+      check.fail(W, ("offsets[%d]"):format(i), "a table {topic=, partition=, offset=}", o)
+    end
+    check.partition(W, ("offsets[%d].partition"):format(i), o.partition)
+    check.int(W, ("offsets[%d].offset"):format(i), o.offset, nil, 0)
+  end
+  gm = group_meta(W, gm)
+  local ok, err, code, kcode = self:_txn_guard(W, "in_transaction")
+  if not ok then return nil, err, code, kcode end
+  ok, err, code, kcode = self:_txn_call(API.AddOffsetsToTxn, function()
+    return { transactional_id = self.transactional_id, producer_id = self.producer_id,
+      producer_epoch = self.producer_epoch, group_id = gm.group_id }
+  end, nil, self:_top_error("AddOffsetsToTxn " .. gm.group_id))
+  if ok then
+    self.txn_has_offsets = true
+    local topics, by = {}, {}
+    for _, o in ipairs(offsets) do
+      local t = by[o.topic]
+      if not t then
+        t = { name = o.topic, partitions = {} }
+        by[o.topic] = t
+        topics[#topics + 1] = t
+      end
+      t.partitions[#t.partitions + 1] = { partition_index = o.partition, committed_offset = o.offset,
+        committed_leader_epoch = o.leader_epoch or -1, committed_metadata = o.metadata or "" }
+    end
+    local client = self.client
+    ok, err, code, kcode = client:call(function(deadline)
+      local c, cerr, ccode, ckcode, cretr = client:find_coordinator(gm.group_id, 0, deadline)
+      if not c then return nil, cerr, ccode, ckcode, cretr end
+      local resp
+      resp, cerr, ccode = c:request(API.TxnOffsetCommit, { transactional_id = self.transactional_id,
+        group_id = gm.group_id, producer_id = self.producer_id, producer_epoch = self.producer_epoch,
+        generation_id = gm.generation_id or -1, member_id = gm.member_id or "",
+        group_instance_id = gm.group_instance_id, topics = topics }, { deadline = deadline })
+      if not resp then return nil, cerr, ccode end
+      for _, tr in ipairs(resp.topics or {}) do
+        for _, pr in ipairs(tr.partitions or {}) do
+          if pr.error_code ~= errors.NONE then
+            return nil, self:_kafka_error(("TxnOffsetCommit %s %s/%d"):format(gm.group_id, tr.name,
+              pr.partition_index), pr.error_code)
+          end
+        end
+      end
+      return true
+    end)
+  end
+  if not ok then
+    local fatal = code == "fenced" or code == "fatal"
+    self:_txn_error(fatal and "fatal_error" or "abortable_error", err, fatal and code or "abortable", kcode)
+    return nil, err, fatal and code or "abortable", kcode
+  end
+  return true
+end
+
+-- EndTxn (committed or not); an aborted transaction whose producer state
+-- is in doubt (a message given up after it was sent) ends with an epoch
+-- bump instead (InitProducerId with the current id and epoch, KIP-360),
+-- which aborts it and restarts the sequences.
+function _M:_end_txn(commit)
+  local touched = self.txn_has_offsets or next(self.txn_parts) ~= nil
+  local ok, err, code, kcode
+  if not commit and self.need_bump then
+    ok, err, code, kcode = self:_txn_call(API.InitProducerId, function(v)
+      if v < 3 then
+        return nil, "a message of the aborted transaction is in doubt and the transaction coordinator's "
+          .. "InitProducerId (v" .. v .. ") cannot bump the epoch (v3+, Kafka 2.5+)", "fatal"
+      end
+      return { transactional_id = self.transactional_id, transaction_timeout_ms = self.transaction_timeout_ms,
+        producer_id = self.producer_id, producer_epoch = self.producer_epoch }
+    end, nil, self:_top_error("InitProducerId (epoch bump) " .. self.transactional_id))
+    if ok then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
+  elseif touched then
+    ok, err, code, kcode = self:_txn_call(API.EndTxn, function()
+      return { transactional_id = self.transactional_id, producer_id = self.producer_id,
+        producer_epoch = self.producer_epoch, committed = commit }
+    end, 4, self:_top_error((commit and "EndTxn (commit) " or "EndTxn (abort) ") .. self.transactional_id))
+  else
+    ok = true -- nothing was added: nothing to end
+  end
+  if not ok then
+    if code == "fenced" or code == "fatal" then self:_txn_error("fatal_error", err, code, kcode) end
+    return nil, err, code, kcode
+  end
+  self.txn_state, self.txn_error, self.txn_parts, self.txn_has_offsets = "ready", nil, {}, false
+  return true
+end
+
+-- commit_transaction([timeout_ms]) -> true | nil, err, code: flushes (every
+-- message of the transaction acknowledged, or the transaction is
+-- abortable: nil, err, "abortable"), then EndTxn. A commit that gave up
+-- on a retriable error may be called again.
+function _M:commit_transaction(timeout_ms)
+  check.int("commit_transaction", "timeout_ms", timeout_ms, nil, 0)
+  local ok, err, code, kcode = self:_txn_guard("commit_transaction", "in_transaction", "committing")
+  if not ok then return nil, err, code, kcode end
+  self:_flush(timeout_ms)
+  if self.txn_state ~= "in_transaction" and self.txn_state ~= "committing" then
+    local e = self.txn_error
+    return nil, e.err, e.code, e.kcode
+  end
+  self.txn_state = "committing"
+  return self:_end_txn(true)
+end
+
+-- abort_transaction([timeout_ms]) -> true | nil, err, code: what is not
+-- sent yet fails (code "abortable", "transaction aborted"), answers in
+-- flight are waited for, then EndTxn (abort).
+function _M:abort_transaction(timeout_ms)
+  check.int("abort_transaction", "timeout_ms", timeout_ms, nil, 0)
+  local ok, err, code, kcode = self:_txn_guard("abort_transaction", "in_transaction", "abortable_error", "aborting")
+  if not ok then return nil, err, code, kcode end
+  self.txn_state = "aborting"
+  self:_fail_queued("transaction aborted", "abortable")
+  local client = self.client
+  local deadline = timeout_ms and client.now() + timeout_ms or math.huge
+  while self.in_flight[1] and client.now() < deadline do self:_wait_one(deadline) end
+  if self.in_flight[1] then self:_abandon() end
+  return self:_end_txn(false)
+end
+
+-- transaction_state() -> the state's name (nil without transactional_id), and its error
+function _M:transaction_state()
+  local e = self.txn_error
+  if e then return self.txn_state, e.err, e.code, e.kcode end
+  return self.txn_state
 end
 
 -- buffered() -> messages, bytes waiting to be sent
@@ -1172,6 +1880,10 @@ function _M:_exit_drain()
     while next(self.pending) and self.client.now() < deadline do
       if not self:_bg_partition(self.client.now()) then ls.sleep(self.retry_backoff_ms / 1000) end
     end
+    -- a producer that never got its id (nothing was sent yet) sends these
+    -- without idempotence: InitProducerId would cost a round trip of the
+    -- second nginx allows (at least once, as documented for a fast stop)
+    if self.idempotent == nil and not self.transactional_id then self.idempotent = false end
     if self.nbuf > 0 then self:_flush(math.max(0, math.floor(deadline - self.client.now()))) end
     self.client:close()
   end

@@ -1,0 +1,480 @@
+-- Exactly-once building blocks (issue 14): the idempotent producer (on by
+-- default), transactions and read_committed consumers. Deterministic cases
+-- against the in-process mock (kafka.mock: InitProducerId and the
+-- per-partition sequence checks), the rest against real Kafka brokers
+-- (spec/support/realkafka.lua) and Kafka's Java client.
+local kafka = require "kafka"
+local mock = require "kafka.mock"
+local proto = kafka.proto
+local E = proto.errors
+
+local function new_client(cluster, o)
+  o = o or {}
+  o.brokers = cluster:bootstrap()
+  o.socket = cluster:socket_factory()
+  o.retry_backoff_ms = o.retry_backoff_ms or 1
+  o.reconnect_backoff_ms = o.reconnect_backoff_ms or 1
+  o.reconnect_backoff_max_ms = o.reconnect_backoff_max_ms or 4
+  o.client_id = o.client_id or "spec"
+  return kafka.client.new(o)
+end
+
+local function values(records)
+  local out = {}
+  for i, r in ipairs(records) do out[i] = r.value end
+  return out
+end
+
+local function range(prefix, a, b)
+  local out = {}
+  for i = a, b do out[#out + 1] = prefix .. i end
+  return out
+end
+
+-- the most batches of one partition in flight at once, seen after each send round
+local function watch_in_flight(p)
+  local max = 0
+  local round = p._send_round
+  p._send_round = function(self, ...)
+    round(self, ...)
+    for _, tq in pairs(self.queues) do
+      for _, q in pairs(tq) do
+        local n = 0
+        for _, b in ipairs(q) do if b.in_flight then n = n + 1 end end
+        if n > max then max = n end
+      end
+    end
+  end
+  return function() return max end
+end
+
+describe("idempotent producer (mock)", function()
+  it("is on by default with acks = -1: a producer id, sequences from 0, batches stamped", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9, batch_size = 200 })
+    for i = 1, 10 do assert(p:send("t", "v" .. i, { partition = 0 })) end
+    local _, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.is_true(p.idempotent)
+    assert.is_true(p.producer_id >= 0)
+    assert.are.equal(0, p.producer_epoch)
+    local raw = cluster.topics.t.partitions[0].log
+    local seqs = {}
+    for _, e in ipairs(raw.entries) do
+      local _, info = proto.decode_records(e.bytes, { batches = true })
+      local b = info.batches[1]
+      assert.are.equal(p.producer_id, b.producer_id)
+      seqs[#seqs + 1] = b.base_sequence
+    end
+    assert.is_true(#seqs > 1)
+    local want, n = {}, 0
+    for _, e in ipairs(raw.entries) do
+      want[#want + 1] = n
+      n = n + e.count
+    end
+    assert.are.same(want, seqs)
+    assert.are.same(range("v", 1, 10), values(cluster:records("t", 0)))
+  end)
+
+  it("acks 0 or 1 with enable_idempotence = true is misuse; acks 1 alone is not idempotent", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local client = new_client(cluster)
+    assert.has_error(function() kafka.producer.new(client, { acks = 1, enable_idempotence = true }) end,
+      "kafka.producer.new: enable_idempotence needs acks = -1 (got acks = 1)")
+    assert.has_error(function() kafka.producer.new(client, { acks = 0, enable_idempotence = true }) end)
+    assert.has_error(function() kafka.producer.new(client, { enable_idempotence = "yes" }) end)
+    assert.has_error(function() kafka.producer.new(client, { max_in_flight_requests_per_connection = 6 }) end)
+    local p = kafka.producer.new(client, { acks = 1 })
+    assert(p:send_sync("t", "x"))
+    assert.is_false(p.idempotent)
+    local q = kafka.producer.new(client, { enable_idempotence = false })
+    assert(q:send_sync("t", "y"))
+    assert.is_false(q.idempotent)
+    assert.are.equal(0, cluster:request_counts().InitProducerId or 0)
+  end)
+
+  it("a lost answer (drop_response) is retried and the broker keeps one copy (DUPLICATE_SEQUENCE_NUMBER)", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9 })
+    assert(p:send_sync("t", "first")) -- the producer id is there before the drop
+    cluster:drop_response("Produce", 1)
+    for i = 1, 100 do assert(p:send("t", "v" .. i)) end
+    local reports, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(1, reports[1].offset) -- the original offsets, from the duplicate's answer
+    assert.are.equal(100, reports[100].offset)
+    local want = range("v", 1, 100)
+    table.insert(want, 1, "first")
+    assert.are.same(want, values(cluster:records("t", 0)))
+  end)
+
+  it("5 batches in flight per partition, injected retriable errors: every message once, in order", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 2 } }
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9, batch_size = 300, max_retries = 20 })
+    local max_seen = watch_in_flight(p)
+    assert(p:send_sync("t", "start", { partition = 0 }))
+    assert(p:send_sync("t", "start", { partition = 1 }))
+    for i = 1, 200 do
+      assert(p:send("t", "a" .. i, { partition = 0 }))
+      assert(p:send("t", "b" .. i, { partition = 1 }))
+    end
+    cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 2, "t", 0)
+    cluster:fail("Produce", E.NOT_LEADER_OR_FOLLOWER, 1, "t", 1)
+    local _, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(5, max_seen())
+    -- the later batches' OUT_OF_ORDER_SEQUENCE_NUMBER was a retry, not a lost producer state: no epoch bump
+    assert.are.equal(0, p.producer_epoch)
+    assert.are.equal(1, cluster:request_counts().InitProducerId)
+    local a, b = range("a", 1, 200), range("b", 1, 200)
+    table.insert(a, 1, "start")
+    table.insert(b, 1, "start")
+    assert.are.same(a, values(cluster:records("t", 0)))
+    assert.are.same(b, values(cluster:records("t", 1)))
+  end)
+
+  it("without idempotence one batch per partition is in flight", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9, batch_size = 300, enable_idempotence = false })
+    local max_seen = watch_in_flight(p)
+    for i = 1, 100 do assert(p:send("t", "a" .. i)) end
+    local _, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(1, max_seen())
+  end)
+
+  it("OUT_OF_ORDER_SEQUENCE_NUMBER on the first batch: the epoch is bumped (KIP-360) and the batch sent again", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9 })
+    assert(p:send_sync("t", "one"))
+    local pid = p.producer_id
+    cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1)
+    assert(p:send("t", "two"))
+    local reports, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(1, reports[1].offset)
+    assert.are.equal(pid, p.producer_id)
+    assert.are.equal(1, p.producer_epoch)
+    assert.are.same({ "one", "two" }, values(cluster:records("t", 0)))
+    assert.are.equal(2, cluster:request_counts().InitProducerId)
+  end)
+
+  it("UNKNOWN_PRODUCER_ID likewise; INVALID_PRODUCER_EPOCH is fatal: code \"fenced\", later sends refused", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9 })
+    assert(p:send_sync("t", "one"))
+    cluster:fail("Produce", E.UNKNOWN_PRODUCER_ID, 1)
+    assert(p:send_sync("t", "two"))
+    assert.are.equal(1, p.producer_epoch)
+    cluster:fail("Produce", E.INVALID_PRODUCER_EPOCH, 1)
+    assert(p:send("t", "three"))
+    local reports, failed = p:flush()
+    assert.are.equal(1, failed)
+    assert.are.equal("fenced", reports[1].code)
+    assert.are.equal(E.INVALID_PRODUCER_EPOCH, reports[1].error_code)
+    local id, err, code = p:send("t", "four")
+    assert.is_nil(id)
+    assert.are.equal("fenced", code)
+    assert.matches("INVALID_PRODUCER_EPOCH", err)
+    assert.are.same({ "one", "two" }, values(cluster:records("t", 0)))
+  end)
+
+  it("MESSAGE_TOO_LARGE splits a stamped batch into parts that keep its sequence range", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    cluster.topics.t.partitions[0].log.max_message_bytes = 300
+    local p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9 })
+    for i = 1, 5 do assert(p:send("t", ("%03d"):format(i) .. ("x"):rep(100))) end
+    assert(p:send("t", "after"))
+    local _, failed = p:flush()
+    assert.are.equal(0, failed)
+    local got = values(cluster:records("t", 0))
+    assert.are.equal(6, #got)
+    assert.are.equal("after", got[6])
+  end)
+end)
+
+-- ---------------------------------------------------------------------------
+-- Real brokers: one block per version in KAFKA_VERSIONS (4.1.2 and 3.9.1 in
+-- `make test`); the Java interop cases on the main version only.
+local rk = require "support.realkafka"
+local rt = require "support.realtools"
+local drop = require "support.dropsocket"
+
+local function sorted(t)
+  table.sort(t)
+  return t
+end
+
+-- the values a consumer at the isolation level reads from partition 0..n-1
+local function read_values(client, topic, parts, count, level)
+  local by = rt.consume_all(client, topic, parts, count, { isolation_level = level, seconds = 10 })
+  local out = {}
+  for p = 0, parts - 1 do
+    for _, m in ipairs(by[p]) do out[#out + 1] = m.value end
+  end
+  return out
+end
+
+-- Fetch at read_committed until `count` messages or `secs`, then the rest of the
+-- topic to its end (nothing more may come)
+local function committed_values(client, topic, parts, count)
+  return sorted(read_values(client, topic, parts, count, "read_committed"))
+end
+
+for _, version in ipairs(rk.versions()) do
+  describe("exactly-once on Kafka " .. version, function()
+    local k, client
+    setup(function()
+      k = rk.cluster(version, 1)
+      client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "spec-eos" }
+    end)
+    teardown(function()
+      if client then client:close() end
+    end)
+
+    it("a Produce answer lost after the broker wrote the batch: one copy with idempotence, two without", function()
+      for _, idem in ipairs { true, false } do
+        local topic = rt.uniq("eos-drop")
+        rt.create_topic(client, topic, 1, 1)
+        local d = drop.new()
+        local c2 = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, socket = d.factory, retry_backoff_ms = 10 }
+        local p = kafka.producer.new(c2, { enable_idempotence = idem, linger_ms = 1e9 })
+        assert(p:send_sync(topic, "first"))
+        d:drop_produce(1)
+        for i = 1, 20 do assert(p:send(topic, "v" .. i)) end
+        local reports, failed = p:flush()
+        assert.are.equal(0, failed)
+        assert.are.equal(1, d.dropped)
+        local got = read_values(client, topic, 1, idem and 21 or 41, 0)
+        local want = range("v", 1, 20)
+        table.insert(want, 1, "first")
+        if idem then
+          assert.are.same(want, got)
+          assert.are.equal(1, reports[1].offset) -- the original offsets
+        else
+          for i = 1, 20 do want[#want + 1] = "v" .. i end -- at least once: the retry wrote them again
+          assert.are.same(want, got)
+          assert.are.equal(21, reports[1].offset)
+        end
+        c2:close()
+      end
+    end)
+
+    it("5 batches in flight per partition, in order, on a real broker", function()
+      local topic = rt.uniq("eos-inflight")
+      rt.create_topic(client, topic, 1, 1)
+      local p = kafka.producer.new(client, { linger_ms = 1e9, batch_size = 2000 })
+      local max_seen = watch_in_flight(p)
+      for i = 1, 2000 do assert(p:send(topic, "m" .. i)) end
+      local _, failed = p:flush()
+      assert.are.equal(0, failed)
+      assert.are.equal(5, max_seen())
+      assert.are.same(range("m", 1, 2000), read_values(client, topic, 1, 2000, 0))
+      for _, b in ipairs(rt.stored_batches(client, topic, 0)) do assert.are.equal(p.producer_id, b.producer_id) end
+    end)
+
+    it("committed transactions are read by read_committed, aborted ones are not; plain messages between them", function()
+      local topic = rt.uniq("eos-txn")
+      rt.create_topic(client, topic, 2, 1)
+      local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+      local plain = kafka.producer.new(client, { enable_idempotence = false })
+      assert(tp:init_transactions())
+      assert.are.equal("ready", tp:transaction_state())
+      assert(tp:begin_transaction())
+      for i = 1, 10 do assert(tp:send(topic, "c1-" .. i, { partition = i % 2 })) end
+      assert(plain:send_sync(topic, "plain-1", { partition = 0 }))
+      assert(tp:commit_transaction())
+      local reports, failed = tp:flush()
+      assert.are.equal(0, failed)
+      assert.are.equal(10, #reports)
+      assert(tp:begin_transaction())
+      for i = 1, 10 do assert(tp:send(topic, "a1-" .. i, { partition = i % 2 })) end
+      tp:flush() -- written, then aborted
+      assert(plain:send_sync(topic, "plain-2", { partition = 0 }))
+      assert(tp:abort_transaction())
+      assert(tp:begin_transaction())
+      for i = 1, 5 do assert(tp:send(topic, "c2-" .. i, { partition = 0 })) end
+      assert(tp:commit_transaction())
+      assert.are.equal("ready", tp:transaction_state())
+      local want = range("c1-", 1, 10)
+      for i = 1, 5 do want[#want + 1] = "c2-" .. i end
+      want[#want + 1] = "plain-1"
+      want[#want + 1] = "plain-2"
+      assert.are.same(sorted(want), committed_values(client, topic, 2, #want))
+      -- read_uncommitted sees the aborted ones too (control records never)
+      local all = read_values(client, topic, 2, #want + 10, 0)
+      assert.are.equal(#want + 10, #all)
+      -- the log holds control batches (the markers) and transactional batches
+      local markers = 0
+      for _, b in ipairs(rt.stored_batches(client, topic, 0)) do if b.control then markers = markers + 1 end end
+      assert.are.equal(3, markers)
+    end)
+
+    it("a zombie is fenced by a new instance with the same transactional_id: code \"fenced\"", function()
+      local topic = rt.uniq("eos-zombie")
+      rt.create_topic(client, topic, 1, 1)
+      local tid = rt.uniq("tid")
+      local old = kafka.producer.new(client, { transactional_id = tid, linger_ms = 1e9 })
+      assert(old:init_transactions())
+      assert(old:begin_transaction())
+      assert(old:send(topic, "zombie-1"))
+      old:flush()
+      local new = kafka.producer.new(client, { transactional_id = tid, linger_ms = 1e9 })
+      assert(new:init_transactions()) -- aborts the old one's open transaction, bumps the epoch
+      assert(new:begin_transaction())
+      assert(new:send(topic, "new-1"))
+      assert(new:commit_transaction())
+      assert(old:send(topic, "zombie-2"))
+      local ok, err, code = old:commit_transaction()
+      assert.is_nil(ok)
+      assert.are.equal("fenced", code, err)
+      assert.are.equal("fatal_error", (old:transaction_state()))
+      local id, _, code2 = old:send(topic, "zombie-3")
+      assert.is_nil(id)
+      assert.are.equal("fenced", code2)
+      assert.are.same({ "new-1" }, committed_values(client, topic, 1, 1))
+      -- a zombie whose next call is the commit: EndTxn refuses its epoch
+      local tid2 = rt.uniq("tid")
+      local z = kafka.producer.new(client, { transactional_id = tid2, linger_ms = 1e9 })
+      assert(z:init_transactions())
+      assert(z:begin_transaction())
+      assert(z:send(topic, "zombie-b"))
+      z:flush()
+      assert(kafka.producer.new(client, { transactional_id = tid2 }):init_transactions())
+      ok, err, code = z:commit_transaction()
+      assert.is_nil(ok)
+      assert.are.equal("fenced", code, err)
+      assert.are.same({ "new-1" }, committed_values(client, topic, 1, 1))
+    end)
+
+    it("send_offsets_to_transaction commits a group's offsets with the transaction, or not at all", function()
+      local topic = rt.uniq("eos-offsets")
+      rt.create_topic(client, topic, 1, 1)
+      local group = rt.uniq("g")
+      local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+      assert(tp:init_transactions())
+      local gm = { group_id = group, generation_id = -1, member_id = "" }
+      assert(tp:begin_transaction())
+      assert(tp:send(topic, "out-1"))
+      assert(tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 7 } }, gm))
+      assert(tp:abort_transaction())
+      local c = kafka.consumer.new(client, { group_id = group })
+      assert.are.equal(-1, assert(c:committed { { topic = topic, partition = 0 } })[1].offset)
+      assert(tp:begin_transaction())
+      assert(tp:send(topic, "out-2"))
+      assert(tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 42 } }, gm))
+      assert(tp:commit_transaction())
+      local got
+      for _ = 1, 50 do -- the commit's markers reach the offsets topic just after EndTxn
+        got = assert(c:committed { { topic = topic, partition = 0 } })[1].offset
+        if got == 42 then break end
+        client.sleep(100)
+      end
+      assert.are.equal(42, got)
+      assert.are.same({ "out-2" }, committed_values(client, topic, 1, 1))
+      c:close()
+    end)
+
+    it("consume-transform-produce (manual assignment): an aborted round is redone, the output holds each input once", function()
+      local input, output = rt.uniq("eos-in"), rt.uniq("eos-out")
+      rt.create_topic(client, input, 1, 1)
+      rt.create_topic(client, output, 1, 1)
+      local group = rt.uniq("g")
+      local feed = kafka.producer.new(client)
+      for i = 1, 30 do assert(feed:send(input, "in-" .. i)) end
+      assert.are.equal(0, select(2, feed:flush()))
+      local p = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+      assert(p:init_transactions())
+      local c = kafka.consumer.new(client, { group_id = group, isolation_level = "read_committed",
+        auto_offset_reset = "earliest", max_poll_records = 10, fetch_max_wait_ms = 100 })
+      assert(c:assign { { topic = input, partition = 0, offset = "earliest" } })
+      local rounds, aborted, done = 0, 0, 0
+      local pending = {}
+      local deadline = os.time() + 20
+      while done < 30 and os.time() < deadline do
+        if not pending[1] then
+          for _, m in ipairs(c:poll(500) or {}) do pending[#pending + 1] = m end
+        end
+        if pending[1] then
+          rounds = rounds + 1 -- a round: up to 10 messages in one transaction
+          local msgs = {}
+          for i = 1, math.min(10, #pending) do msgs[i] = table.remove(pending, 1) end
+          assert(p:begin_transaction())
+          for _, m in ipairs(msgs) do assert(p:send(output, "out-" .. m.value:sub(4))) end
+          local last = msgs[#msgs]
+          assert(p:send_offsets_to_transaction({ { topic = input, partition = 0, offset = last.offset + 1 } }, group))
+          if rounds == 2 then -- the process "fails" in the middle of its second round
+            p:flush()
+            assert(p:abort_transaction())
+            aborted = aborted + 1
+            pending = {}
+            assert(c:seek(input, 0, "committed"))
+          else
+            assert(p:commit_transaction())
+            done = last.offset + 1
+          end
+        end
+      end
+      assert.are.equal(1, aborted)
+      local want = {}
+      for i = 1, 30 do want[i] = "out-" .. i end
+      assert.are.same(sorted(want), committed_values(client, output, 1, 30))
+      assert.are.equal(30, assert(c:committed { { topic = input, partition = 0 } })[1].offset)
+      c:close()
+    end)
+
+    it("misuse raises; the state machine is visible", function()
+      local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid") })
+      assert.are.equal("uninitialized", tp:transaction_state())
+      assert.has_error(function() tp:send("t", "x") end)
+      assert.has_error(function() tp:begin_transaction() end)
+      assert.has_error(function() kafka.producer.new(client, { transactional_id = "x", enable_idempotence = false }) end)
+      assert.has_error(function() kafka.producer.new(client, { transactional_id = "x", acks = 1 }) end)
+      assert(tp:init_transactions())
+      assert.has_error(function() tp:commit_transaction() end)
+      assert.has_error(function() kafka.producer.new(client):begin_transaction() end)
+    end)
+
+    if version == rk.main() then
+      it("Java interop: a Java transactional producer's aborted messages are invisible to our read_committed consumer", function()
+        local topic = rt.uniq("eos-java-in")
+        rt.create_topic(client, topic, 1, 1)
+        rk.java({ "produce", topic, 20, "none", "txn-abort" }, { bootstrap = k.bootstrap.PLAINTEXT })
+        rk.java({ "produce", topic, 15, "lz4", "txn-commit" }, { bootstrap = k.bootstrap.PLAINTEXT })
+        local by = rt.consume_all(client, topic, 1, 15, { isolation_level = "read_committed", seconds = 10 })
+        local keys = {}
+        for _, m in ipairs(by[0]) do keys[#keys + 1] = m.key end
+        assert.are.same(range("k", 0, 14), keys)
+        assert.are.equal(15, #by[0])
+        -- read_uncommitted: both transactions' 35 records
+        local all = rt.consume_all(client, topic, 1, 35, { seconds = 10 })
+        assert.are.equal(35, #all[0])
+      end)
+
+      it("Java interop: our transactions read right by a Java read_committed consumer", function()
+        local topic = rt.uniq("eos-java-out")
+        rt.create_topic(client, topic, 2, 1)
+        local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9,
+          compression = "zstd" })
+        assert(tp:init_transactions())
+        assert(tp:begin_transaction())
+        for i = 1, 12 do assert(tp:send(topic, "ok-" .. i, { partition = i % 2 })) end
+        assert(tp:commit_transaction())
+        assert(tp:begin_transaction())
+        for i = 1, 12 do assert(tp:send(topic, "no-" .. i, { partition = i % 2 })) end
+        tp:flush()
+        assert(tp:abort_transaction())
+        assert(tp:begin_transaction())
+        for i = 13, 20 do assert(tp:send(topic, "ok-" .. i, { partition = i % 2 })) end
+        assert(tp:commit_transaction())
+        local lines = rk.java({ "consume", topic, 20, 15, "read_committed" }, { bootstrap = k.bootstrap.PLAINTEXT })
+        local got = {}
+        for _, line in ipairs(lines) do
+          local vh = line:match("^REC %d+ %d+ %-?%d+ %-?%d+ %S+ (%S+)")
+          if vh then got[#got + 1] = rk.unhex(vh) end
+        end
+        assert.are.same(sorted(range("ok-", 1, 20)), sorted(got))
+      end)
+    end
+  end)
+end
