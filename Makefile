@@ -64,11 +64,18 @@ mock: $(MOCKBROKER)
 test: $(MOCKBROKER)
 	@$(WITH_BROKERS) $(MAKE) --no-print-directory test-all
 
+# The first Lua runs the real-broker specs against every Kafka version
+# (KAFKA_VERSIONS, default 4.1.2,4.0.2,3.9.1), the others against the main
+# one only (KAFKA_VERSIONS_OTHERS): the broker matrix tests the brokers, the
+# Lua matrix the Luas.
+KAFKA_VERSIONS_OTHERS ?= 4.1.2
 test-all:
-	@failed=""; for l in $(LUAS); do \
+	@failed=""; first=1; for l in $(LUAS); do \
 	  echo "== the whole suite on $$l"; \
 	  start=$$(date +%s); \
-	  $(MAKE) --no-print-directory test-lua LUA=$$l || failed="$$failed $$l"; \
+	  if [ $$first = 1 ] || [ -n "$$KAFKA_VERSIONS" ]; then kv="$${KAFKA_VERSIONS:-}"; else kv="$(KAFKA_VERSIONS_OTHERS)"; fi; \
+	  first=0; \
+	  KAFKA_VERSIONS="$$kv" $(MAKE) --no-print-directory test-lua LUA=$$l || failed="$$failed $$l"; \
 	  echo "== $$l: $$(( $$(date +%s) - start )) s"; \
 	done; \
 	$(MAKE) --no-print-directory test-luajit || failed="$$failed luajit-smoke"; \

@@ -128,7 +128,7 @@ if #versions > 0 then
         assert.equal(0, failed)
         local where = {}
         for _, r in ipairs(reports) do where[("%d:%d"):format(r.partition, r.offset)] = r.id end
-        local lines = rk.java({ "consume", topic, N, 60 }, { bootstrap = k.bootstrap.PLAINTEXT })
+        local lines = rk.java({ "consume", topic, N, 120 }, { bootstrap = k.bootstrap.PLAINTEXT, timeout = 180 })
         local n = 0
         for _, l in ipairs(lines) do
           local part, off, ts, tstype, kh, vh, hh = l:match("^REC (%d+) (%d+) (%-?%d+) (%d+) (%S+) (%S+) (%S+)$")

@@ -42,7 +42,8 @@ local clusters = {}     -- name -> cluster object
 -- versions() -> the Kafka versions the suite runs against (KAFKA_VERSIONS;
 -- "none" runs none).
 function _M.versions()
-  local s = os.getenv("KAFKA_VERSIONS") or "4.1.2,4.0.2,3.9.1"
+  local s = os.getenv("KAFKA_VERSIONS")
+  if not s or s == "" then s = "4.1.2,4.0.2,3.9.1" end
   local t = {}
   if s == "none" then return t end
   for v in s:gmatch("[^,%s]+") do t[#t + 1] = v end
