@@ -169,10 +169,12 @@ bench: all $(MOCKBROKER) build/bench/floor build/bench/rdkafka_bench
 	$(MAKE) LUA=luajit all
 	BENCH_ROOT=$(CURDIR) KAFKA_JVM_OPTS="$(BENCH_KAFKA_JVM)" $(TEST_ENV) lua5.4 bench/run.lua
 
-# Regenerates csrc/apis.c from Kafka's JSON definitions: make gen KAFKA_DEFS=dir
+# Regenerates csrc/apis.c from Kafka's JSON definitions, the union of one or
+# more folders, oldest first: make gen KAFKA_DEFS="kafka-3.9/... kafka-4.1/..."
+# (fails, leaving csrc/apis.c alone, where two folders disagree on a version)
 gen:
-	@test -n "$(KAFKA_DEFS)" || { echo "usage: make gen KAFKA_DEFS=path/to/common/message"; exit 2; }
-	python3 tools/gen-apis.py $(KAFKA_DEFS) > csrc/apis.c.tmp && mv csrc/apis.c.tmp csrc/apis.c
+	@test -n "$(KAFKA_DEFS)" || { echo "usage: make gen KAFKA_DEFS=\"dir-3.9 dir-4.1\" (each a common/message folder, oldest first)"; exit 2; }
+	python3 tools/gen-apis.py $(KAFKA_DEFS) > csrc/apis.c.tmp && mv csrc/apis.c.tmp csrc/apis.c || { rm -f csrc/apis.c.tmp; exit 1; }
 
 clean:
 	rm -rf build

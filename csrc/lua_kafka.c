@@ -1001,6 +1001,103 @@ static int l_decode_request(lua_State *L) {
   return box_done(c.bx, 1);
 }
 
+/* ---------------------------------------------------- data structures */
+
+static const kf_data *check_data(lua_State *L, int idx) {
+  const kf_data *d = kf_data_by_name(luaL_checkstring(L, idx));
+  if (!d) luaL_argerror(L, idx, lua_pushfstring(L, "unknown data structure '%s'", lua_tostring(L, idx)));
+  return d;
+}
+
+/* encode_data(name, version, table [, {bare = true}]) -> bytes: the int16
+ * version, then the struct (bare: the struct alone). */
+static int l_encode_data(lua_State *L) {
+  const kf_data *d = check_data(L, 1);
+  lua_Integer v = luaL_checkinteger(L, 2);
+  int bare = 0, rc;
+  kf_err e = {0, {0}};
+  lenc c;
+  box *bx;
+  if (v < d->min || v > d->max)
+    luaL_argerror(L, 2, lua_pushfstring(L, "%s supports versions %d-%d, not %d", d->name, (int)d->min,
+                                        (int)d->max, (int)v));
+  if (!lua_isnil(L, 3) && lua_type(L, 3) != LUA_TTABLE) luaL_error(L, "body must be a table");
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    bare = opt_bool(L, 4, "bare", 0);
+  }
+  lua_settop(L, 3);
+  bx = box_new(L);
+  c.L = L;
+  c.bx = bx;
+  c.magic = 2;
+  lua_pushvalue(L, 3);
+  rc = kf_data_encode(d, (int)v, bare, &lua_enc_ops, &c, &bx->w, &e);
+  lua_pop(L, 1);
+  if (rc && (e.code == KF_EVALUE || e.code == KF_EUNSUPPORTED)) return luaL_error(L, "%s", e.msg);
+  if (rc) return box_done(bx, push_fail(L, &e));
+  if (bx->w.err) {
+    kf_err_set(&e, bx->w.err, "%s encoding failed (%s)", d->name, kf_err_name(bx->w.err));
+    return box_done(bx, push_fail(L, &e));
+  }
+  lua_pushlstring(L, bx->w.len ? (const char *)bx->w.buf : "", bx->w.len);
+  return box_done(bx, 1);
+}
+
+/* decode_data(name, bytes [, {version = v}]) -> version, table | nil, msg,
+ * code. Without opts.version the bytes start with the int16 version; a
+ * version above the newest known is decoded as the newest (its prefix). */
+static int l_decode_data(lua_State *L) {
+  const kf_data *d = check_data(L, 1);
+  size_t n;
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 2, &n);
+  int64_t bv = -1;
+  int v = 0;
+  kf_err e = {0, {0}};
+  kf_reader r;
+  ldec c;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    opt_int(L, 3, "version", -1, &bv);
+    if (bv != -1 && (bv < d->min || bv > d->max))
+      luaL_error(L, "%s supports versions %d-%d, not %d", d->name, (int)d->min, (int)d->max, (int)bv);
+  }
+  lua_settop(L, 3);
+  dec_opts(L, 4, &c); /* none there: the defaults */
+  c.L = L;
+  c.bx = box_new(L);
+  kf_r_init(&r, p, n);
+  lua_createtable(L, 0, d->s->nfields);
+  if (kf_data_decode(d, (int)bv, &lua_dec_ops, &c, &r, &v, &e)) {
+    lua_pop(L, 1);
+    return box_done(c.bx, push_fail(L, &e));
+  }
+  lua_pushinteger(L, v);
+  lua_insert(L, -2);
+  return box_done(c.bx, 2);
+}
+
+/* datas() -> array of {name=, min=, max=, flexible= first flexible version or nil}. */
+static int l_datas(lua_State *L) {
+  size_t i;
+  lua_createtable(L, (int)kf_ndatas, 0);
+  for (i = 0; i < kf_ndatas; i++) {
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, kf_datas[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, kf_datas[i].min);
+    lua_setfield(L, -2, "min");
+    lua_pushinteger(L, kf_datas[i].max);
+    lua_setfield(L, -2, "max");
+    if (kf_datas[i].flex <= kf_datas[i].max) {
+      lua_pushinteger(L, kf_datas[i].flex);
+      lua_setfield(L, -2, "flexible");
+    }
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
 /* frame_length(buf [, max]) -> total frame length (prefix included) once
  * 4 bytes are there, else nil; nil, msg, code for a negative or too-large
  * size. */
@@ -1347,7 +1444,7 @@ static void push_struct(lua_State *L, const kf_struct *s, int depth) {
   lua_createtable(L, s->nfields, 0);
   for (i = 0; i < s->nfields; i++) {
     const kf_field *f = &s->fields[i];
-    lua_createtable(L, 0, 12);
+    lua_createtable(L, 0, 14);
     lua_pushstring(L, f->name);
     lua_setfield(L, -2, "name");
     lua_pushstring(L, type_str[f->type]);
@@ -1368,6 +1465,23 @@ static void push_struct(lua_State *L, const kf_struct *s, int depth) {
     lua_setfield(L, -2, "tmax");
     lua_pushinteger(L, f->tag);
     lua_setfield(L, -2, "tag");
+    /* the default: what an absent value encodes as (nil when null) */
+    if (f->def_null) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, "default_null");
+    } else if (f->type == KF_T_BOOL) {
+      lua_pushboolean(L, f->def_int != 0);
+      lua_setfield(L, -2, "default");
+    } else if (f->type <= KF_T_INT64) {
+      kf_pushi64(L, f->def_int);
+      lua_setfield(L, -2, "default");
+    } else if (f->type == KF_T_FLOAT64) {
+      lua_pushnumber(L, (lua_Number)f->def_num);
+      lua_setfield(L, -2, "default");
+    } else if (f->type == KF_T_STRING) {
+      lua_pushstring(L, f->def_str ? f->def_str : "");
+      lua_setfield(L, -2, "default");
+    }
     if (f->child && depth < 32) {
       push_struct(L, f->child, depth + 1);
       lua_setfield(L, -2, "child");
@@ -1377,13 +1491,19 @@ static void push_struct(lua_State *L, const kf_struct *s, int depth) {
   lua_setfield(L, -2, "fields");
 }
 
-/* schema(api, "request"|"response") -> the field tree the codec walks. */
+/* schema(api, "request"|"response") or schema(name, "data") -> the field
+ * tree the codec walks. */
 static int l_schema(lua_State *L) {
-  const kf_api *a = check_api(L, 1);
   const char *kind = luaL_checkstring(L, 2);
+  const kf_api *a;
+  if (strcmp(kind, "data") == 0) {
+    push_struct(L, check_data(L, 1)->s, 0);
+    return 1;
+  }
+  a = check_api(L, 1);
   if (strcmp(kind, "request") == 0) push_struct(L, a->req, 0);
   else if (strcmp(kind, "response") == 0) push_struct(L, a->resp, 0);
-  else return luaL_argerror(L, 2, "expected \"request\" or \"response\"");
+  else return luaL_argerror(L, 2, "expected \"request\", \"response\" or \"data\"");
   return 1;
 }
 
@@ -1403,6 +1523,9 @@ static const luaL_Reg core_funcs[] = {
   {"decode_request", l_decode_request},
   {"encode_response", l_encode_response},
   {"decode_response", l_decode_response},
+  {"encode_data", l_encode_data},
+  {"decode_data", l_decode_data},
+  {"datas", l_datas},
   {"frame_length", l_frame_length},
   {"encode_records", l_encode_records},
   {"decode_records", l_decode_records},

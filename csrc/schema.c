@@ -61,6 +61,17 @@ const kf_api *kf_api_by_name(const char *name) {
   for (i = 0; i < kf_napis; i++)
     if (strcmp(kf_apis[i].name, name) == 0 || strcmp(kf_apis[i].snake, name) == 0)
       return &kf_apis[i];
+  for (i = 0; kf_api_aliases[i].name; i++)
+    if (strcmp(kf_api_aliases[i].name, name) == 0 || strcmp(kf_api_aliases[i].snake, name) == 0)
+      return kf_api_by_key(kf_api_aliases[i].key);
+  return NULL;
+}
+
+const kf_data *kf_data_by_name(const char *name) {
+  size_t i;
+  for (i = 0; i < kf_ndatas; i++)
+    if (strcmp(kf_datas[i].name, name) == 0 || strcmp(kf_datas[i].snake, name) == 0)
+      return &kf_datas[i];
   return NULL;
 }
 
@@ -542,8 +553,8 @@ static int dec_struct(dctx *c, const kf_struct *s) {
   return 0;
 }
 
-int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
-                     void *u, kf_reader *r, kf_err *e) {
+static int schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
+                         void *u, kf_reader *r, int allow_trailing, kf_err *e) {
   dctx c;
   c.ops = ops;
   c.u = u;
@@ -554,12 +565,50 @@ int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec
   c.depth = 0;
   c.p.depth = 0;
   if (dec_struct(&c, s)) return -1;
-  if (kf_r_left(r) != 0) {
+  if (kf_r_left(r) != 0 && !allow_trailing) {
     kf_err_set(e, KF_ECORRUPT, "%zu unexpected bytes after the %s body at byte %zu", kf_r_left(r),
                s->name, r->pos);
     return -1;
   }
   return 0;
+}
+
+int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
+                     void *u, kf_reader *r, kf_err *e) {
+  return schema_decode(s, version, flexible, ops, u, r, 0, e);
+}
+
+/* ------------------------------------------------------- data structures */
+
+int kf_data_encode(const kf_data *d, int version, int bare, const kf_enc_ops *ops, void *u,
+                   kf_writer *w, kf_err *e) {
+  if (version < d->min || version > d->max) {
+    kf_err_set(e, KF_EUNSUPPORTED, "%s supports versions %d-%d, not %d", d->name, (int)d->min,
+               (int)d->max, version);
+    return -1;
+  }
+  if (!bare) kf_w_i16(w, (int16_t)version);
+  return kf_schema_encode(d->s, version, version >= d->flex, ops, u, w, e);
+}
+
+int kf_data_decode(const kf_data *d, int bare_version, const kf_dec_ops *ops, void *u,
+                   kf_reader *r, int *version, kf_err *e) {
+  int v = bare_version, as;
+  if (v < 0) {
+    v = kf_r_i16(r);
+    if (r->err) {
+      kf_err_set(e, KF_ECORRUPT, "truncated %s: no int16 version at byte %zu", d->name, r->pos);
+      return -1;
+    }
+  }
+  *version = v;
+  if (v < d->min || (bare_version >= 0 && v > d->max)) {
+    kf_err_set(e, KF_EUNSUPPORTED, "unsupported %s version %d (this codec has %d-%d)", d->name, v,
+               (int)d->min, (int)d->max);
+    return -1;
+  }
+  as = v > d->max ? d->max : v; /* a newer version: its prefix is the newest one known */
+  return schema_decode(d->s, as, as >= d->flex, ops, u, r, v > d->max, e);
 }
 
 /* -------------------------------------------------------------- headers */

@@ -55,8 +55,29 @@ typedef struct kf_api {
 extern const kf_api kf_apis[];
 extern const size_t kf_napis;
 
+/* The old name of a renamed API (ListClientMetricsResources, key 74). */
+typedef struct kf_api_alias {
+  const char *name, *snake;
+  int16_t key;
+} kf_api_alias;
+extern const kf_api_alias kf_api_aliases[]; /* ends with a NULL name */
+
+/* A structure carried inside other messages (Kafka's type "data":
+ * ConsumerProtocolSubscription, EndTxnMarker, ...). */
+typedef struct kf_data {
+  const char *name;  /* "ConsumerProtocolSubscription" */
+  const char *snake; /* "consumer_protocol_subscription" */
+  int16_t min, max;
+  int16_t flex; /* first flexible version (0x7fff: never) */
+  const kf_struct *s;
+} kf_data;
+extern const kf_data kf_datas[];
+extern const size_t kf_ndatas;
+
 const kf_api *kf_api_by_key(int key);
+/* By name or snake_case name, old names of renamed APIs included. */
 const kf_api *kf_api_by_name(const char *name);
+const kf_data *kf_data_by_name(const char *name);
 /* Request header version (0, 1 or 2) and response header version (0 or 1). */
 int kf_req_header_version(const kf_api *a, int version);
 int kf_resp_header_version(const kf_api *a, int version);
@@ -112,6 +133,26 @@ int kf_schema_encode(const kf_struct *s, int version, int flexible, const kf_enc
  * the body are an error. */
 int kf_schema_decode(const kf_struct *s, int version, int flexible, const kf_dec_ops *ops,
                      void *u, kf_reader *r, kf_err *e);
+
+/*
+ * Data structures (kf_datas) travel inside other messages, in two forms:
+ * - version-prefixed (the consumer protocol's subscription and assignment,
+ *   a transaction marker's control record value): an int16 version, then
+ *   the struct at that version;
+ * - bare (LeaderChangeMessage, the KRaft records): the struct alone, its
+ *   version known from elsewhere.
+ * kf_data_encode writes the int16 prefix unless bare. kf_data_decode reads
+ * it when bare_version < 0 (else decodes the bare struct at bare_version)
+ * and sets *version. A prefixed version above d->max is decoded as d->max
+ * and the bytes after that prefix are ignored, as Kafka's Java client does
+ * (ConsumerProtocol.deserializeSubscription, EndTransactionMarker): new
+ * versions only append fields. A negative version is KF_EUNSUPPORTED;
+ * trailing bytes after a known version are KF_ECORRUPT.
+ */
+int kf_data_encode(const kf_data *d, int version, int bare, const kf_enc_ops *ops, void *u,
+                   kf_writer *w, kf_err *e);
+int kf_data_decode(const kf_data *d, int bare_version, const kf_dec_ops *ops, void *u,
+                   kf_reader *r, int *version, kf_err *e);
 
 /* Frames: a 4-byte size, then the header, then the body. */
 typedef struct kf_req_header {

@@ -25,6 +25,16 @@ for i, a in ipairs(proto.apis()) do
   end
 end
 
+-- data structures: the response harness's indexes past the apis, then the
+-- version-prefixed structure
+local napis = #proto.apis()
+for j, d in ipairs(require("kafka.core").datas()) do
+  for _, v in ipairs({ d.min, d.max }) do
+    local b = require("kafka.core").encode_data(d.name, v, (gen.body(d.name, v, "data", r, { short = true })))
+    write("response", ("data-%s-v%d"):format(d.name, v), string.char(napis + j - 1, 0) .. b)
+  end
+end
+
 local msgs = {
   { key = "k1", value = "hello", timestamp = 1700000000000, headers = { { key = "h", value = "v" } } },
   { value = ("repeated "):rep(20), timestamp = 1700000000001 },

@@ -87,9 +87,17 @@ gen_struct = function(s, v, flex, r, o, depth)
   return t
 end
 
--- body(api, version, kind, rng, opts) -> a random body table
+-- body(api, version, kind, rng, opts) -> a random body table; kind
+-- "request", "response" or "data" (api is then a data structure's name)
 function _M.body(api, version, kind, r, o)
   local s = proto.schema(api, kind)
+  if kind == "data" then
+    local flex
+    for _, d in ipairs(require("kafka.core").datas()) do
+      if d.name == api then flex = d.flexible ~= nil and version >= d.flexible end
+    end
+    return gen_struct(s, version, flex, r, o or {}, 0), flex
+  end
   local _, _, flex_req = proto.versions(api)
   local flex
   if kind == "request" then flex = flex_req ~= nil and version >= flex_req
