@@ -135,8 +135,7 @@ end
 -- table written to a properties file), opts.timeout (s, default 120).
 -- Raises with the peer's output when it fails.
 local peer_cp
-function _M.java(args, opts)
-  opts = opts or {}
+local function java_cmd(args, opts)
   if not peer_cp then
     local ok, cpfile = sh(harness .. " classpath " .. _M.main())
     if not ok then error("kafka-clients: " .. cpfile, 2) end
@@ -161,10 +160,15 @@ function _M.java(args, opts)
   end
   local q = {}
   for i, a in ipairs(args) do q[i] = "'" .. tostring(a) .. "'" end
+  return ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' "
+    .. "-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s Peer %s")
+    :format(opts.timeout or 120, peer_cp, root, opts.bootstrap or "127.0.0.1:9092", props, table.concat(q, " "))
+end
+
+function _M.java(args, opts)
+  opts = opts or {}
   local errf = os.tmpname()
-  local cmd = ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' "
-    .. "-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s Peer %s 2>%s")
-    :format(opts.timeout or 120, peer_cp, root, opts.bootstrap or "127.0.0.1:9092", props, table.concat(q, " "), errf)
+  local cmd = java_cmd(args, opts) .. " 2>" .. errf
   local p = assert(io.popen(cmd))
   local lines = {}
   for line in p:lines() do lines[#lines + 1] = line end
@@ -178,6 +182,68 @@ function _M.java(args, opts)
   end
   lines[#lines] = nil
   return lines
+end
+
+-- java_bg(args [, opts]) -> a peer running in the background: p:lines()
+-- (every line written so far), p:stop() (creates the stop file the
+-- "group" mode watches), p:wait([secs]) -> the lines once it printed DONE
+-- (raises otherwise), p:kill(). opts as for java(); opts.stopfile is
+-- made up and passed as the last argument when args has "%STOP%".
+function _M.java_bg(args, opts)
+  opts = opts or {}
+  local out, errf, pidf = os.tmpname(), os.tmpname(), os.tmpname()
+  local stopf = os.tmpname()
+  os.remove(stopf)
+  local a = {}
+  for i, x in ipairs(args) do a[i] = x == "%STOP%" and stopf or x end
+  local cmd = java_cmd(a, opts)
+  os.execute(("(%s >%s 2>%s & echo $! >%s)"):format(cmd, out, errf, pidf))
+  local f = assert(io.open(pidf, "rb"))
+  local pid = f:read("*a"):match("%d+")
+  f:close()
+  os.remove(pidf)
+  local p = { pid = pid, out = out }
+  function p.lines()
+    local lf = io.open(out, "rb")
+    local t = {}
+    if lf then
+      for line in lf:lines() do t[#t + 1] = line end
+      lf:close()
+    end
+    return t
+  end
+  function p.stop()
+    local sf = assert(io.open(stopf, "wb"))
+    sf:close()
+  end
+  function p.running()
+    return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true or os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0
+  end
+  function p.wait(secs)
+    local socket = require "socket"
+    local stop = socket.gettime() + (secs or 60)
+    local lines = p.lines()
+    while lines[#lines] ~= "DONE" and socket.gettime() < stop do
+      socket.sleep(0.1)
+      lines = p.lines()
+    end
+    os.remove(stopf)
+    if lines[#lines] ~= "DONE" then
+      p.kill()
+      local ef = io.open(errf, "rb")
+      local stderr = ef and ef:read("*a") or ""
+      if ef then ef:close() end
+      error("java peer " .. table.concat(args, " ") .. " failed:\n" .. table.concat(lines, "\n") .. "\n" .. stderr, 2)
+    end
+    os.remove(out)
+    os.remove(errf)
+    lines[#lines] = nil
+    return lines
+  end
+  function p.kill()
+    os.execute("pkill -P " .. pid .. " 2>/dev/null; kill " .. pid .. " 2>/dev/null")
+  end
+  return p
 end
 
 function _M.hex(s)
