@@ -17,7 +17,8 @@
 //       a group member (PROTOCOL: classic:range, classic:cooperative-sticky, consumer:uniform, ...)
 //       subscribed to TOPIC, auto commit every second, until SECS pass or STOPFILE exists; then close()
 //       -> JOINED, then ASSIGNED p,p,... / REVOKED p,... / LOST p,... (rebalance callbacks, "-" for none)
-//          and REC partition offset for each record; lines are flushed as they are written
+//          and REC partition offset for each record; lines are flushed as they are written; the
+//          positions of revoked partitions are committed in onPartitionsRevoked
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -192,7 +193,14 @@ public class Peer {
         java.io.File stop = new java.io.File(stopFile);
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
             c.subscribe(List.of(topic), new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
-                public void onPartitionsRevoked(java.util.Collection<TopicPartition> tps) { say("REVOKED " + parts(tps)); }
+                public void onPartitionsRevoked(java.util.Collection<TopicPartition> tps) {
+                    // the positions of what is given up, committed before it moves (auto commit
+                    // alone commits before the rebalance, not what was fetched during it)
+                    Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> offs = new HashMap<>();
+                    for (TopicPartition tp : tps) offs.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(c.position(tp)));
+                    if (!offs.isEmpty()) c.commitSync(offs);
+                    say("REVOKED " + parts(tps));
+                }
                 public void onPartitionsAssigned(java.util.Collection<TopicPartition> tps) { say("ASSIGNED " + parts(tps)); }
                 public void onPartitionsLost(java.util.Collection<TopicPartition> tps) { say("LOST " + parts(tps)); }
             });
