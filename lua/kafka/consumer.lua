@@ -300,12 +300,15 @@ function _M:subscribe(sub)
   return true
 end
 
--- The consumer protocol where a broker offers ConsumerGroupHeartbeat, else classic.
+-- The consumer protocol where a broker offers ConsumerGroupHeartbeat v1+
+-- (Kafka 4.0+, where KIP-848 is generally available; 3.9 offers v0 as an
+-- early-access preview), else classic.
 function _M:_detect_protocol()
   local client = self.client
   local c, err, code = client:call(function(deadline) return client:any_broker(deadline) end)
   if not c then return nil, err, code end
-  if c:version(API.ConsumerGroupHeartbeat) then return "consumer" end
+  local v = c:version(API.ConsumerGroupHeartbeat)
+  if v and v >= 1 then return "consumer" end
   return "classic"
 end
 
