@@ -128,13 +128,19 @@ local function new_world(client, topic, gid, base_opts)
   return w
 end
 
--- a producer writing `total` messages in slices while the group runs
-local function feeder(client, topic, total, per_round)
+-- a producer writing `total` messages at `rate` per second (nil: as fast
+-- as rounds go) while the group runs, so every rebalance happens while
+-- messages arrive
+local function feeder(client, topic, total, per_round, rate)
   local p = kafka.producer.new(client, { linger_ms = 0 })
   local f = { sent = 0, produced = {}, total = total }
+  local t0
   function f.feed()
     if f.sent >= total then return end
+    t0 = t0 or now()
     local n = math.min(per_round, total - f.sent)
+    if rate then n = math.min(n, math.floor((now() - t0) * rate) - f.sent) end
+    if n <= 0 then return end
     for i = 1, n do assert(p:send(topic, "v" .. (f.sent + i), { key = tostring(f.sent + i) })) end
     f.sent = f.sent + n
     local reports, failed = p:flush()
@@ -178,7 +184,7 @@ local function scenario(version, protocol, strategy)
     local o = { group_protocol = protocol, partition_assignment_strategy = strategy }
     for kk, v in pairs(OPTS) do o[kk] = v end
     local w = new_world(client, topic, rt.uniq("g"), o)
-    local f = feeder(client, topic, 30000, 300)
+    local f = feeder(client, topic, 30000, 300, 1500)
     w.feed = f.feed
     w.add("a")
     assert(w.drive(30, function() return w.balanced(1) end), "a alone")
@@ -219,7 +225,7 @@ local function static_restart(version, protocol)
     for kk, v in pairs(OPTS) do o[kk] = v end
     o.session_timeout_ms = 20000
     local w = new_world(client, topic, rt.uniq("g"), o)
-    local f = feeder(client, topic, 6000, 200)
+    local f = feeder(client, topic, 6000, 200, 1000)
     w.feed = f.feed
     w.add("a", { group_instance_id = "static-a" })
     w.add("b", { group_instance_id = "static-b" })
@@ -262,7 +268,7 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
     local o = { group_protocol = lua_protocol, partition_assignment_strategy = strategy }
     for kk, v in pairs(OPTS) do o[kk] = v end
     local w = new_world(client, topic, gid, o)
-    local f = feeder(client, topic, 20000, 200)
+    local f = feeder(client, topic, 20000, 200, 2000)
     local jv = rk.java_bg({ "group", topic, gid, java_protocol, 90, "%STOP%" }, { bootstrap = k.bootstrap.PLAINTEXT })
     local ok, err = pcall(function()
       -- the Java member first, then two lua-kafka members
