@@ -204,6 +204,14 @@ local function scenario(version, protocol, strategy)
         for key in pairs(f.produced) do if not w.got[key] then return false end end
         return true
       end)() end), "everything consumed")
+    -- rebalance latency: from d's subscribe to its first message (printed, never asserted)
+    for _, name in ipairs { "a", "d" } do
+      if w.first_msg[name] then
+        io.stderr:write(("\n[group latency] Kafka %s %s%s: %s, subscribe to first message %.0f ms\n"):format(version,
+          protocol, strategy and ("/" .. strategy) or "", name == "a" and "first member" or "4th member joining 2",
+          (w.first_msg[name] - w.joined_at[name]) * 1000))
+      end
+    end
     local owners = w.owners()
     local n = 0
     for _ in pairs(owners) do n = n + 1 end
@@ -272,7 +280,6 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
     local jv = rk.java_bg({ "group", topic, gid, java_protocol, 90, "%STOP%" }, { bootstrap = k.bootstrap.PLAINTEXT })
     local ok, err = pcall(function()
       -- the Java member first, then two lua-kafka members
-      assert(socket.sleep(0) == nil)
       local deadline = now() + 60
       local function java_has(prefix)
         for _, l in ipairs(jv.lines()) do if l:sub(1, #prefix) == prefix then return true end end
@@ -285,8 +292,7 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
       local function java_got()
         local n, owned = 0, {}
         for _, l in ipairs(jv.lines()) do
-          local p, off = l:match("^REC (%d+) (%d+)$")
-          if p then n = n + 1 end
+          if l:match("^REC ") then n = n + 1 end
           local a = l:match("^ASSIGNED (.*)$")
           if a then for x in a:gmatch("%d+") do owned[tonumber(x)] = true end end
           local r = l:match("^REVOKED (.*)$") or l:match("^LOST (.*)$")
@@ -311,6 +317,11 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
       jv.stop()
       local lines = jv.wait(30)
       for _, l in ipairs(lines) do
+        local ms = l:match("^FIRST (%d+)$")
+        if ms then
+          io.stderr:write(("\n[group latency] Kafka %s Java %s: first member, subscribe to first message %s ms\n")
+            :format(version, java_protocol, ms))
+        end
         local p, off = l:match("^REC (%d+) (%d+)$")
         if p then
           local key = p .. ":" .. off
@@ -362,6 +373,53 @@ local function later_topic(version, protocol)
   end
 end
 
+-- The poll interval exceeded: the member leaves, the next poll reports the
+-- partitions lost and rejoins; a raising callback is contained.
+local function poll_interval(version, protocol)
+  return function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000 }
+    local topic = rt.uniq("grp-interval")
+    rt.create_topic(client, topic, 4, 1)
+    local o = { group_protocol = protocol, max_poll_interval_ms = 1500, rebalance_timeout_ms = 10000 }
+    for kk, v in pairs(OPTS) do o[kk] = v end
+    local w = new_world(client, topic, rt.uniq("g"), o)
+    local raised = 0
+    local c = w.add("a")
+    local assign = c.group_cfg.on_assign
+    c.group_cfg.on_assign = function(cc, ps)
+      assign(cc, ps)
+      raised = raised + 1
+      error("on_assign raised")
+    end
+    local errs = {}
+    local function poll_a()
+      local msgs = assert(c:poll(10))
+      for _, e in ipairs(msgs.callback_errors or {}) do errs[#errs + 1] = e end
+    end
+    local stop = now() + 20
+    -- (the callback may run inside assignment()'s turn of the group: its
+    -- error is reported by the next poll)
+    while (#c:assignment() < 4 or #errs == 0) and now() < stop do poll_a() end
+    assert.equal(4, #c:assignment())
+    assert.equal(1, #errs)
+    assert.matches("on_assign: .*on_assign raised", errs[1])
+    socket.sleep(2)                                 -- past max_poll_interval_ms
+    poll_a()
+    local lost = {}
+    for _, e in ipairs(w.log) do if e.kind == "lost" then lost[#lost + 1] = e.p end end
+    table.sort(lost)
+    assert.are.same({ 0, 1, 2, 3 }, lost)
+    stop = now() + 20
+    while #c:assignment() < 4 and now() < stop do poll_a() end
+    assert.equal(4, #c:assignment())
+    assert.equal(2, raised)
+    w.owners()
+    c:close()
+    client:close()
+  end
+end
+
 local versions = rk.versions()
 for vi, version in ipairs(versions) do
   local major = tonumber(version:match("^(%d+)"))
@@ -372,6 +430,7 @@ for vi, version in ipairs(versions) do
       it("classic (cooperative-sticky): the same", scenario(version, "classic", "cooperative-sticky"))
       it("classic: a static member restarts without a rebalance", static_restart(version, "classic"))
       it("classic: a topic created later, partitions added", later_topic(version, "classic"))
+      it("classic: the poll interval exceeded, on_lost, rejoin; a raising callback", poll_interval(version, "classic"))
       it("classic range: a Java KafkaConsumer and two lua-kafka members", mixed(version, "classic:range", "classic"))
       it("classic cooperative-sticky: a Java KafkaConsumer and two lua-kafka members",
         mixed(version, "classic:cooperative-sticky", "classic", "cooperative-sticky"))
@@ -382,6 +441,8 @@ for vi, version in ipairs(versions) do
       if main then
         it("consumer protocol: a static member restarts without a rebalance", static_restart(version, "consumer"))
         it("consumer protocol: a topic created later, partitions added", later_topic(version, "consumer"))
+        it("consumer protocol: the poll interval exceeded, on_lost, rejoin; a raising callback",
+          poll_interval(version, "consumer"))
         it("consumer protocol: a Java KafkaConsumer and two lua-kafka members",
           mixed(version, "consumer:uniform", "consumer"))
       end

@@ -17,7 +17,7 @@
 //       a group member (PROTOCOL: classic:range, classic:cooperative-sticky, consumer:uniform, ...)
 //       subscribed to TOPIC, auto commit every second, until SECS pass or STOPFILE exists; then close()
 //       -> JOINED, then ASSIGNED p,p,... / REVOKED p,... / LOST p,... (rebalance callbacks, "-" for none)
-//          and REC partition offset for each record; lines are flushed as they are written; the
+//          and REC partition offset for each record (FIRST ms: subscribe to the first record); lines are flushed as they are written; the
 //          positions of revoked partitions are committed in onPartitionsRevoked
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
@@ -205,10 +205,13 @@ public class Peer {
                 public void onPartitionsLost(java.util.Collection<TopicPartition> tps) { say("LOST " + parts(tps)); }
             });
             say("JOINED");
-            long end = System.currentTimeMillis() + secs * 1000L;
+            long start = System.currentTimeMillis(), end = start + secs * 1000L;
+            boolean first = true;
             while (System.currentTimeMillis() < end && !stop.exists()) {
-                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100)))
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
+                    if (first) { say("FIRST " + (System.currentTimeMillis() - start)); first = false; }
                     say("REC " + r.partition() + " " + r.offset());
+                }
             }
         }
     }
