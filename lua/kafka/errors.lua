@@ -149,6 +149,35 @@ for _, e in ipairs(list) do
   _M[e[2]] = e[1]
 end
 
+-- The client's own codes (third return value of nil, message, code),
+-- listed once here and in the README's error contract.
+_M.CODES = {
+  incomplete = "the frame is shorter than its size prefix (read more)",
+  corrupt = "bytes that cannot be valid (or a corrupt batch)",
+  unsupported = "an api or version this codec or broker does not have",
+  limit = "a configured limit (decompressed size, receive_message_max_bytes)",
+  nomem = "out of memory",
+  kafka = "a Kafka error code (the fourth value)",
+  network = "an I/O error",
+  timeout = "a deadline passed (the request's or the caller's)",
+  protocol = "a peer breaking the protocol",
+  backoff = "the broker is in its reconnect backoff: nothing was tried",
+  closed = "the connection was closed",
+  retriable = "a retriable Kafka error after the retries",
+  metadata = "a broker id not in the metadata",
+  unknown_topic = "the cluster does not have the topic",
+  unknown_partition = "the topic has fewer partitions",
+  too_large = "a message larger than max_message_bytes",
+  buffer_full = "the producer's buffer is full",
+  offset_out_of_range = "an offset out of range with auto_offset_reset = \"error\"",
+  no_offset = "no committed offset with auto_offset_reset = \"error\"",
+  invalid = "an operation that does not apply (e.g. seek on a partition not assigned)",
+  rebalance = "a commit the group refused: partition not owned, old generation or epoch, rebalance in progress",
+  fenced = "another group member has this group_instance_id",
+  group = "a fatal consumer group error (the Kafka code as the fourth value)",
+  callback = "an error raised by a rebalance callback",
+}
+
 local unknown_cache = setmetatable({}, { __mode = "v" })
 
 -- info(code) -> the entry for any code: unknown codes get a synthetic,
