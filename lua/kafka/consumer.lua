@@ -325,7 +325,14 @@ end
 -- resolved by the next poll: committed offset, else auto_offset_reset).
 function _M:_group_add(list)
   local states = {}
-  for i, tp in ipairs(list) do states[i] = self.fetcher:new_state(tp.topic, tp.partition, nil) end
+  local topics = self.client.topics
+  for i, tp in ipairs(list) do
+    states[i] = self.fetcher:new_state(tp.topic, tp.partition, nil)
+    -- partitions added to a topic reach the assignment before this
+    -- client's metadata: look again before routing to them
+    local t = topics[tp.topic]
+    if t and not t.partitions[tp.partition] then self.client:invalidate(tp.topic) end
+  end
   self.fetcher:add(states)
   self.need_positions = true
 end

@@ -10,7 +10,7 @@ local proto = require "kafka.proto"
 
 local errors = proto.errors
 local API = proto.api
-local setmetatable, ipairs, tostring = setmetatable, ipairs, tostring
+local setmetatable, ipairs = setmetatable, ipairs
 
 local _M = {}
 local mt = { __index = _M }
@@ -190,7 +190,5 @@ function _M:committed(partitions)
     return result_list
   end)
 end
-
-_M.tostring = tostring
 
 return _M
