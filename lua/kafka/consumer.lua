@@ -324,14 +324,21 @@ end
 -- Called by the group member: partitions it owns from now on (positions
 -- resolved by the next poll: committed offset, else auto_offset_reset).
 function _M:_group_add(list)
-  local states = {}
-  local topics = self.client.topics
+  local states, stale = {}, {}
+  local client = self.client
   for i, tp in ipairs(list) do
     states[i] = self.fetcher:new_state(tp.topic, tp.partition, nil)
     -- partitions added to a topic reach the assignment before this
     -- client's metadata: look again before routing to them
-    local t = topics[tp.topic]
-    if t and not t.partitions[tp.partition] then self.client:invalidate(tp.topic) end
+    local t = client.topics[tp.topic]
+    if not (t and t.partitions[tp.partition]) and not stale[tp.topic] then
+      stale[tp.topic] = true
+      stale[#stale + 1] = tp.topic
+    end
+  end
+  if #stale > 0 then
+    client:load_metadata({ topics = stale }, client.now() + client.default_api_timeout_ms)
+    for _, name in ipairs(stale) do client:invalidate(name) end
   end
   self.fetcher:add(states)
   self.need_positions = true
