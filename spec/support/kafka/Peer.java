@@ -198,7 +198,10 @@ public class Peer {
                     // alone commits before the rebalance, not what was fetched during it)
                     Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> offs = new HashMap<>();
                     for (TopicPartition tp : tps) offs.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(c.position(tp)));
-                    if (!offs.isEmpty()) c.commitSync(offs);
+                    // (the consumer protocol's Java client may answer STALE_MEMBER_EPOCH here: its
+                    // auto commit before the revocation has committed them then)
+                    try { if (!offs.isEmpty()) c.commitSync(offs); }
+                    catch (org.apache.kafka.common.KafkaException e) { say("COMMITFAIL " + e.getClass().getSimpleName()); }
                     say("REVOKED " + parts(tps));
                 }
                 public void onPartitionsAssigned(java.util.Collection<TopicPartition> tps) { say("ASSIGNED " + parts(tps)); }
