@@ -296,6 +296,43 @@ function _M:refresh(topics, deadline)
   return nil, err, code
 end
 
+-- load_metadata(o [, deadline]) -> the Metadata response (applied to the
+-- cache) | nil, err, code: one request to the first broker that answers,
+-- for o.topics (names), o.topic_ids (16-byte ids) or, with neither, every
+-- topic; o.auto_create (default false) asks the broker to create missing
+-- topics. Unlike refresh(), the topics are not added to the ones the
+-- cache follows (the group module uses it for subscriptions).
+function _M:load_metadata(o, deadline)
+  local req
+  if o and o.topics then
+    req = {}
+    for i, n in ipairs(o.topics) do req[i] = { name = n } end
+  elseif o and o.topic_ids then
+    req = {}
+    for i, id in ipairs(o.topic_ids) do req[i] = { topic_id = id } end
+  end
+  local body = { topics = req, allow_auto_topic_creation = (o and o.auto_create) or false }
+  local got
+  local ok, err, code = self:_each_broker(deadline, function(c)
+    local v, verr, vcode = c:version(API.Metadata)
+    if not v then return nil, verr, vcode end
+    local resp, rerr, rcode = c:request(API.Metadata, body, { version = v, deadline = deadline })
+    if not resp then return nil, rerr, rcode end
+    self:_apply_metadata(resp)
+    got = resp
+    return true
+  end)
+  if ok then return got end
+  return nil, err, code
+end
+
+-- topic_name(id) -> the cached name of a topic id | nil
+function _M:topic_name(id)
+  for name, t in pairs(self.topics) do
+    if t.topic_id == id then return name end
+  end
+end
+
 function _M:_apply_metadata(resp)
   local brokers = {}
   for _, b in ipairs(resp.brokers or {}) do

@@ -49,7 +49,7 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
                    [13] = 0, [14] = 0, [15] = 0, [16] = 0 }
 
 -- Caps where a newer version changes the shape the client writes or needs
--- state we do not keep (Fetch v13+ addresses topics by id; OffsetFetch v8+
+-- state we do not keep (Produce v13+ and Fetch v13+ address topics by id; OffsetFetch v8+
 -- batches groups; FindCoordinator v4+ batches keys; ListOffsets v4+ only adds
 -- leader epochs, which librdkafka 2.0.2's mock broker writes as int64).
 -- Every broker from 2.1 to 4.x accepts these versions.

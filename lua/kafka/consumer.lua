@@ -1,39 +1,29 @@
--- kafka.consumer: assigned partitions, a fetch loop, committed offsets.
+-- kafka.consumer: the consumer façade. Partitions come from a manual
+-- assignment (assign) or from a consumer group (subscribe); fetching is
+-- kafka.fetcher, committed offsets and the coordinator cache
+-- kafka.offsets, group membership kafka.group (classic protocol or
+-- KIP-848's consumer protocol).
 --
 --   local consumer = require "kafka.consumer"
 --   local c = consumer.new({brokers = {"127.0.0.1:9092"}}, {group_id = "g"})
---   c:assign{{topic = "t", partition = 0, offset = "earliest"}, {topic = "t", partition = 1}}
+--   c:subscribe{"t1", "t2"}         -- or c:assign{{topic = "t", partition = 0, offset = "earliest"}}
 --   local msgs, err = c:poll(1000)  -- {topic, partition, offset, key, value, headers, timestamp, high_watermark}...
---   c:commit()                      -- the positions of every assigned partition
---   c:close()
+--   c:commit()                      -- the positions of every owned partition
+--   c:close()                       -- commits (enable_auto_commit), revokes, leaves
 --
--- Options: group_id (for commit/committed), auto_offset_reset ("latest",
--- "earliest" or "error": where to go when an offset is out of range or
--- nothing is committed), fetch_max_wait_ms (500), fetch_min_bytes (1),
--- fetch_max_bytes (8388608 per broker: smaller than Kafka's 50 MB, since a
--- Lua socket reads a response into one string), max_partition_fetch_bytes (1048576),
--- max_poll_records (10000: a poll decodes partitions until it holds this
--- many messages and keeps the rest of the fetch for the next polls),
--- isolation_level (0: read uncommitted; 1: read committed), check_crcs
--- (true), max_decompressed (bytes per batch), retry_backoff_ms (100).
--- One Fetch per broker covers all its assigned partitions; brokers are
--- asked in parallel, and a Fetch not answered by the poll's deadline stays
--- in flight for the next poll (a slow broker never holds up the others).
--- Fetches go over the consumer's own connections, so a Fetch waiting on a
--- broker never delays a producer or a commit sharing the client.
--- Group membership (JoinGroup/SyncGroup) is not here yet: commits use
--- generation -1, as a consumer with manual assignment does.
---
+-- Options: see README.md (fetch options, group options) - validated here.
 -- How poll reports errors: see poll() below and the README.
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 local check = require "kafka.check"
-local txn = require "kafka.txn"
+local fetcher_mod = require "kafka.fetcher"
+local offsets_mod = require "kafka.offsets"
+local group = require "kafka.group"
 
-local errors = proto.errors
 local API = proto.api
-local math, table = math, table
-local setmetatable, tostring, type, ipairs, pairs, next, error = setmetatable, tostring, type, ipairs, pairs, next, error
+local math = math
+local setmetatable, tostring, type, ipairs, next, error, require = setmetatable, tostring, type, ipairs, next, error,
+  require
 
 local _M = {}
 local mt = { __index = _M }
@@ -41,15 +31,33 @@ local mt = { __index = _M }
 local WHERE = "kafka.consumer.new"
 local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
 local OFFSET_WORDS = { "earliest", "latest", "committed", -1, -2 }
+local STRATEGIES = { "range", "roundrobin", "cooperative-sticky" }
+
+local function strategies(v)
+  if v == nil then return { "range", "cooperative-sticky" } end
+  local list = v
+  if type(v) == "string" then
+    list = {}
+    for s in v:gmatch("[^,%s]+") do list[#list + 1] = s end
+  end
+  if type(list) ~= "table" or #list == 0 then
+    check.fail(WHERE, "partition_assignment_strategy", 'a name or a list of "range", "roundrobin", '
+      .. '"cooperative-sticky"', v)
+  end
+  for i, s in ipairs(list) do
+    check.oneof(WHERE, ("partition_assignment_strategy[%d]"):format(i), s, nil, STRATEGIES)
+  end
+  return list
+end
 
 function _M.new(client_or_opts, opts)
   local client, own = client_mod.ensure(client_or_opts, WHERE)
   opts = check.opts(WHERE, opts)
-  local int = check.int
+  local int, typed, bool = check.int, check.typed, check.bool
   local self = setmetatable({
     client = client,
     own_client = own,
-    group_id = check.typed(WHERE, "group_id", opts.group_id, nil, "string"),
+    group_id = typed(WHERE, "group_id", opts.group_id, nil, "string"),
     auto_offset_reset = check.oneof(WHERE, "auto_offset_reset", opts.auto_offset_reset, "latest",
       { "latest", "earliest", "error" }),
     fetch_max_wait_ms = int(WHERE, "fetch_max_wait_ms", opts.fetch_max_wait_ms, 500, 0),
@@ -58,36 +66,49 @@ function _M.new(client_or_opts, opts)
     max_partition_fetch_bytes = int(WHERE, "max_partition_fetch_bytes", opts.max_partition_fetch_bytes, 1048576, 1),
     isolation_level = ISOLATION[check.oneof(WHERE, "isolation_level", opts.isolation_level, 0,
       { 0, 1, "read_uncommitted", "read_committed" })],
-    decode_opts = { check_crc = check.bool(WHERE, "check_crcs", opts.check_crcs, true),
+    decode_opts = { check_crc = bool(WHERE, "check_crcs", opts.check_crcs, true),
                     max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
                     skip_control = true, batches = false },
-    decode_txn = nil, -- decode_opts with the batch list (read_committed with aborted transactions)
-    fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
     retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
     max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 10000, 1),
-    pending = nil, -- fetched partitions not decoded yet: {st=, pr=, offset=}
-    parts = {},   -- array of partition states
-    index = {},   -- "topic\0partition" -> state
-    pool = {},    -- node id -> this consumer's Fetch connection (see client:broker)
-    fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
-    flist = {},   -- the same, oldest first
+    enable_auto_commit = bool(WHERE, "enable_auto_commit", opts.enable_auto_commit, true),
+    auto_commit_interval_ms = int(WHERE, "auto_commit_interval_ms", opts.auto_commit_interval_ms, 5000, 0),
+    callback_errors = {},
+    in_callback = false,
+    group = nil,
   }, mt)
-  if self.isolation_level == 1 then
-    self.decode_txn = {}
-    for k, v in pairs(self.decode_opts) do self.decode_txn[k] = v end
-    self.decode_txn.batches = true
+  local session = int(WHERE, "session_timeout_ms", opts.session_timeout_ms, 45000, 1)
+  local hb = int(WHERE, "heartbeat_interval_ms", opts.heartbeat_interval_ms, 3000, 1)
+  if hb >= session then
+    error(("%s: heartbeat_interval_ms (%d) must be lower than session_timeout_ms (%d)"):format(WHERE, hb, session), 2)
   end
+  local poll_interval = int(WHERE, "max_poll_interval_ms", opts.max_poll_interval_ms, 300000, 1)
+  self.group_cfg = {
+    group_protocol = check.oneof(WHERE, "group_protocol", opts.group_protocol, nil, { "classic", "consumer" }),
+    partition_assignment_strategy = strategies(opts.partition_assignment_strategy),
+    group_remote_assignor = typed(WHERE, "group_remote_assignor", opts.group_remote_assignor, nil, "string"),
+    session_timeout_ms = session,
+    heartbeat_interval_ms = hb,
+    max_poll_interval_ms = poll_interval,
+    rebalance_timeout_ms = int(WHERE, "rebalance_timeout_ms", opts.rebalance_timeout_ms, poll_interval, 1),
+    group_instance_id = typed(WHERE, "group_instance_id", opts.group_instance_id, nil, "string"),
+    on_assign = typed(WHERE, "on_assign", opts.on_assign, nil, "function"),
+    on_revoke = typed(WHERE, "on_revoke", opts.on_revoke, nil, "function"),
+    on_lost = typed(WHERE, "on_lost", opts.on_lost, nil, "function"),
+  }
+  if self.group_cfg.group_instance_id == "" then check.fail(WHERE, "group_instance_id", "a non-empty string", "") end
+  self.fetcher = fetcher_mod.new(client, self)
+  self.offsets = self.group_id and offsets_mod.new(client, self.group_id) or nil
+  self.next_auto_commit = client.now() + self.auto_commit_interval_ms
   return self
 end
-
-local function pkey(topic, partition) return topic .. "\0" .. partition end
 
 -- Resolves a start offset: a number, "earliest", "latest" or "committed".
 function _M:_resolve(topic, partition, offset)
   if type(offset) == "number" and offset >= 0 then return offset end
   if offset == "committed" then
     if not self.group_id then return nil, "offset 'committed' needs a group_id", "invalid" end
-    local c, err, code = self:committed { { topic = topic, partition = partition } }
+    local c, err, code = self.offsets:committed { { topic = topic, partition = partition } }
     if not c then return nil, err, code end
     if c[1].offset and c[1].offset >= 0 then return c[1].offset end
     if self.auto_offset_reset == "error" then
@@ -102,19 +123,11 @@ function _M:_resolve(topic, partition, offset)
   return nil, "bad offset " .. tostring(offset), "invalid"
 end
 
--- Drops every Fetch in flight (their answers are not wanted any more).
-function _M:_abandon_fetches()
-  for _, f in ipairs(self.flist) do
-    f.conn:abandon(f.corr)
-    for _, st in ipairs(f.parts) do st.fetch = nil end
-  end
-  self.fetches, self.flist = {}, {}
-end
-
 -- assign{{topic=, partition=, offset=}} -> true | nil, err, code. Replaces
 -- the assignment; offset is a number, "earliest", "latest" or "committed"
 -- (default: committed with a group_id, else auto_offset_reset).
 function _M:assign(list)
+  if self.group then error("assign: the consumer is subscribed to a group (close it, or use another consumer)", 2) end
   if type(list) ~= "table" then check.fail("assign", "the assignment", "an array of {topic=, partition=, offset=}", list) end
   if #list == 0 and next(list) ~= nil then
     error("assign: expected an array of {topic=, partition=, offset=} (got a single entry or a map: "
@@ -127,7 +140,7 @@ function _M:assign(list)
     check.partition("assign", name .. ".partition", a.partition)
     if a.offset ~= nil then check.offset("assign", name .. ".offset", a.offset, OFFSET_WORDS) end
   end
-  local parts, index = {}, {}
+  local states = {}
   for _, a in ipairs(list) do
     local n, err, code = self.client:partitions(a.topic)
     if not n then return nil, err, code end
@@ -139,25 +152,31 @@ function _M:assign(list)
     local off
     off, err, code = self:_resolve(a.topic, a.partition, start)
     if not off then return nil, err, code end
-    local st = { topic = a.topic, partition = a.partition, offset = off, fetch_bytes = self.max_partition_fetch_bytes,
-                 high_watermark = -1, set = { topic = a.topic, partition = a.partition } }
-    parts[#parts + 1] = st
-    index[pkey(a.topic, a.partition)] = st
+    states[#states + 1] = self.fetcher:new_state(a.topic, a.partition, off)
   end
-  self:_abandon_fetches()
-  self.parts, self.index, self.pending = parts, index, nil
+  self.fetcher:replace(states)
+  self.manual = #states > 0
   return true
 end
 
+-- A turn of the group from a call other than poll (heartbeats keep going).
+function _M:_tick()
+  local g = self.group
+  if g and not self.in_callback then g:step(self.client.now()) end
+end
+
 function _M:assignment()
+  self:_tick()
   local t = {}
-  for i, st in ipairs(self.parts) do t[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
+  for i, st in ipairs(self.fetcher.parts) do
+    t[i] = { topic = st.topic, partition = st.partition, offset = st.offset, paused = st.paused or nil }
+  end
   return t
 end
 
 -- position(topic, partition) -> the next offset poll will return
 function _M:position(topic, partition)
-  local st = self.index[pkey(tostring(topic), tostring(partition))]
+  local st = self.fetcher:get(tostring(topic), tostring(partition))
   return st and st.offset
 end
 
@@ -166,341 +185,13 @@ function _M:seek(topic, partition, offset)
   if type(topic) ~= "string" then check.fail("seek", "topic", "a string", topic) end
   check.partition("seek", "partition", partition)
   check.offset("seek", "offset", offset, OFFSET_WORDS)
-  local st = self.index[pkey(topic, partition)]
+  local st = self.fetcher:get(topic, partition)
   if not st then return nil, ("%s/%d is not assigned"):format(topic, partition), "invalid" end
   local off, err, code = self:_resolve(topic, partition, offset)
   if not off then return nil, err, code end
   st.offset = off
+  st.reset_error = nil
   return true
-end
-
--- Handles one partition's fetch result; appends messages to out.
--- Returns nil, err, code, kafka_code for errors the caller must see.
-function _M:_partition_result(st, pr, out)
-  local ec = pr.error_code
-  if ec ~= errors.NONE then
-    local e = errors.info(ec)
-    if ec == errors.OFFSET_OUT_OF_RANGE then
-      if self.auto_offset_reset == "error" then
-        return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range",
-          ec
-      end
-      local off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
-      if not off then return nil, err, code end
-      st.offset = off
-      return true
-    end
-    if e.retriable then
-      self.client:invalidate(st.topic)
-      return true
-    end
-    return nil, ("%s/%d: %s (%s)"):format(st.topic, st.partition, e.name, e.message), "kafka", ec
-  end
-  st.high_watermark = pr.high_watermark
-  local raw = pr.records
-  if not raw or #raw == 0 then return true end
-  -- decoded in C straight into `out`: records below the position (a
-  -- compressed batch starts early) and control records are left out,
-  -- topic/partition/high_watermark set in every message
-  local aborted = self.isolation_level == 1 and pr.aborted_transactions
-  local opts = aborted and aborted[1] and self.decode_txn or self.decode_opts
-  local set = st.set
-  set.high_watermark = pr.high_watermark
-  opts.into, opts.set, opts.min_offset = out, set, st.offset
-  local before = #out
-  local _, info, code = proto.decode_records(raw, opts)
-  opts.into, opts.set = nil, nil
-  if not info or (type(info) == "table" and info.errors) then
-    -- a corrupt batch is never skipped silently: the position stays put
-    for i = #out, before + 1, -1 do out[i] = nil end
-    local msg = type(info) == "table" and info.errors[1] or info
-    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(msg)), code or "corrupt"
-  end
-  if opts == self.decode_txn then txn.drop_aborted(out, before, info.batches, aborted) end -- read_committed
-  local next_pos = info.next_offset
-  if next_pos and next_pos > st.offset then
-    st.offset = next_pos
-  elseif info.partial and #out == before then
-    -- the first batch is larger than we asked for (old brokers): ask for more
-    st.fetch_bytes = math.min(st.fetch_bytes * 2, self.fetch_max_bytes)
-  end
-  return true
-end
-
--- One error per partition and poll (the latest).
-local function add_error(errs, st, err, code, kcode)
-  local e
-  for i = 1, #errs do
-    if errs[i].topic == st.topic and errs[i].partition == st.partition then e = errs[i] end
-  end
-  if not e then
-    e = { topic = st.topic, partition = st.partition }
-    errs[#errs + 1] = e
-  end
-  e.err, e.code, e.kafka_code = err, code, kcode
-end
-
--- Decodes one partition's fetch result into out, or keeps it for the next
--- poll once out holds max_poll_records: a poll's messages all stay alive
--- until the caller drops them, and a big live set makes Lua's GC slow.
-function _M:_settle(st, pr, out, errs)
-  if #out >= self.max_poll_records then
-    local p = self.pending or {}
-    p[#p + 1] = { st = st, pr = pr, offset = st.offset }
-    self.pending = p
-    return
-  end
-  local ok, err, code, kcode = self:_partition_result(st, pr, out)
-  if not ok then add_error(errs, st, err, code, kcode) end
-end
-
--- Decodes what earlier fetches left (dropped when the partition was
--- reassigned or sought meanwhile).
-function _M:_drain(out, errs)
-  local pend = self.pending
-  self.pending = nil
-  for _, it in ipairs(pend) do
-    local st = it.st
-    if self.index[pkey(st.topic, st.partition)] == st and st.offset == it.offset then
-      self:_settle(st, it.pr, out, errs)
-    end
-  end
-end
-
--- Sends a Fetch to every leader of assigned partitions that has none in
--- flight (partitions already in a Fetch wait for its answer; partitions in
--- skip are left out until the time given). Partitions whose leader cannot
--- be reached get an error in errs and are tried again after
--- retry_backoff_ms.
-function _M:_send_fetches(deadline, errs, skip)
-  local client = self.client
-  local items = {}
-  local tnow = client.now()
-  for _, st in ipairs(self.parts) do
-    if not st.fetch and not (skip[st] and skip[st] > tnow) then items[#items + 1] = st end
-  end
-  if #items == 0 then return end
-  local groups, failed = client:group(items, deadline, self.pool)
-  for _, f in ipairs(failed) do
-    add_error(errs, f.item, f.err, f.code)
-    skip[f.item] = tnow + self.retry_backoff_ms
-    if f.code ~= "backoff" then client:invalidate(f.item.topic) end
-  end
-  local wait = math.floor(math.max(0, math.min(deadline - client.now(), self.fetch_max_wait_ms)))
-  for _, g in ipairs(groups) do
-    local conn = g.conn
-    if not self.fetches[conn] then
-      local topics, list, offsets = {}, {}, {}
-      for _, st in ipairs(g.items) do
-        local t = topics[st.topic]
-        if not t then
-          t = { topic = st.topic, partitions = {} }
-          topics[st.topic] = t
-          list[#list + 1] = t
-        end
-        t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.offset,
-          partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
-          last_fetched_epoch = -1 }
-        offsets[st] = st.offset
-      end
-      local v, err, code = conn:version(API.Fetch)
-      local corr
-      if v then
-        corr, err, code = conn:send(API.Fetch, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
-          max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
-          session_epoch = -1, topics = list, forgotten_topics_data = {}, rack_id = "" },
-          { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
-      end
-      if corr then
-        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, wait = wait }
-        self.fetches[conn] = f
-        self.flist[#self.flist + 1] = f
-        for _, st in ipairs(g.items) do st.fetch = f end
-      else
-        for _, st in ipairs(g.items) do
-          add_error(errs, st, err, code)
-          skip[st] = tnow + self.retry_backoff_ms
-        end
-        client:invalidate()
-      end
-    end
-  end
-end
-
-function _M:_fetch_done(f)
-  self.fetches[f.conn] = nil
-  for i, x in ipairs(self.flist) do
-    if x == f then
-      table.remove(self.flist, i)
-      break
-    end
-  end
-  for _, st in ipairs(f.parts) do
-    if st.fetch == f then st.fetch = nil end
-  end
-end
-
--- Reads the answer to Fetch f until the deadline. Returns false while it
--- is still in flight. A partition that failed is not fetched again in this
--- poll (skip), so a stuck partition cannot make a poll spin.
-function _M:_collect(f, deadline, out, errs, skip)
-  local resp, err, code = f.conn:receive(f.corr, deadline)
-  if not resp and code == "timeout" and f.conn:waiting(f.corr) then return false end
-  self:_fetch_done(f)
-  local current = {}
-  for _, st in ipairs(f.parts) do
-    -- only partitions still assigned and not sought since the Fetch was sent
-    if self.index[pkey(st.topic, st.partition)] == st and st.offset == f.offsets[st] then current[st] = true end
-  end
-  local t = self.client.now()
-  if not resp then
-    for st in pairs(current) do
-      add_error(errs, st, err, code)
-      skip[st] = t + self.retry_backoff_ms
-    end
-    self.client:invalidate()
-    return true
-  end
-  if resp.error_code and resp.error_code ~= errors.NONE then
-    local e = errors.info(resp.error_code)
-    if e.retriable then
-      self.client:invalidate()
-    else
-      for st in pairs(current) do add_error(errs, st, "Fetch: " .. e.name, "kafka", e.code) end
-    end
-  end
-  local nerr, nout = #errs, #out
-  for _, tr in ipairs(resp.responses or {}) do
-    for _, pr in ipairs(tr.partitions or {}) do
-      local st = self.index[pkey(tr.topic, pr.partition_index)]
-      if st and current[st] then
-        self:_settle(st, pr, out, errs)
-        if #errs > nerr then
-          skip[st] = math.huge
-          nerr = #errs
-        end
-      end
-    end
-  end
-  if #out == nout and f.wait == 0 then
-    -- an empty answer to a Fetch that asked the broker not to wait: do not
-    -- ask again at once (the poll would spin on the network)
-    for st in pairs(current) do
-      if not skip[st] then skip[st] = t + self.retry_backoff_ms end
-    end
-  end
-  return true
-end
-
-local function result(out, errs)
-  if #errs == 0 then return out end
-  if #out > 0 then
-    out.errors = errs
-    return out
-  end
-  local e = errs[1]
-  local msg = e.err
-  if #errs > 1 then msg = ("%s (and %d more partition errors)"):format(tostring(msg), #errs - 1) end
-  return nil, msg, e.code, e.kafka_code, errs
-end
-
--- poll([timeout_ms]) -> messages | nil, err, code, kafka_code, errors.
--- Each message: topic, partition, offset, key, value, headers (when any),
--- timestamp, high_watermark. timeout_ms (default fetch_max_wait_ms) is a
--- deadline over the whole call. A partition that could not be fetched
--- (leader unreachable, I/O error, a non-retriable Kafka error, a corrupt
--- batch, an offset out of range with auto_offset_reset = "error") gives an
--- entry {topic=, partition=, err=, code=, kafka_code=} in errors: with
--- messages from other partitions they come as messages.errors; with no
--- messages at all poll returns nil, the first error's message, code and
--- kafka_code, and the whole list as the fifth value. Retriable Kafka
--- errors (a leader moved) are handled inside (metadata refreshed) and not
--- reported.
-function _M:poll(timeout_ms)
-  timeout_ms = check.int("poll", "timeout_ms", timeout_ms, self.fetch_max_wait_ms, 0)
-  local client = self.client
-  local now = client.now
-  local deadline = now() + timeout_ms
-  local out, errs = {}, {}
-  if #self.parts == 0 then
-    client.sleep(timeout_ms)
-    return out
-  end
-  if self.pending then
-    -- answer from what was fetched already; fetch again only when it is used up
-    self:_drain(out, errs)
-    if #out > 0 or self.pending then return result(out, errs) end
-  end
-  local skip = {}
-  while true do
-    self:_send_fetches(deadline, errs, skip)
-    -- every answer already there, from any broker
-    local flist = self.flist
-    for i = #flist, 1, -1 do
-      local f = flist[i]
-      if f then self:_collect(f, now(), out, errs, skip) end
-    end
-    -- messages end the poll; errors alone wait for the deadline (the
-    -- healthy partitions may still bring messages, and a caller polling in
-    -- a loop must not spin)
-    local t = now()
-    if #out > 0 or t >= deadline then return result(out, errs) end
-    local f = self.flist[1]
-    if not f then
-      -- nothing in flight: try the unreachable leaders again after a backoff
-      local wake = deadline
-      for _, until_t in pairs(skip) do
-        if until_t < wake then wake = until_t end
-      end
-      client.sleep(math.max(1, math.ceil(math.min(wake, deadline) - t)))
-    else
-      -- wait on the oldest Fetch; with several in flight, in short slices so
-      -- an answer from another broker is not held up behind it
-      local until_t = deadline
-      if #self.flist > 1 and t + 20 < deadline then until_t = t + 20 end
-      self:_collect(f, until_t, out, errs, skip)
-    end
-  end
-end
-
--- Groups items by their topic: an array of {name = topic, [field] = {...}}
--- whose lists hold make(item), in first-seen order (the shape of the
--- OffsetCommit and OffsetFetch requests).
-local function by_topic(items, field, make)
-  local topics, list = {}, {}
-  for _, it in ipairs(items) do
-    local t = topics[it.topic]
-    if not t then
-      t = { name = it.topic, [field] = {} }
-      topics[it.topic] = t
-      list[#list + 1] = t
-    end
-    local l = t[field]
-    l[#l + 1] = make(it)
-  end
-  return list
-end
-
--- Sends a request to the group coordinator through the client's retry
--- service: the coordinator is found again (and the request retried) while
--- the answer is retriable. check_resp(resp) returns the result, or nil,
--- err, code, kafka_code, retriable.
-function _M:_group_request(api, body, check_resp)
-  local client = self.client
-  return client:call(function(deadline)
-    local c, err, code, kcode, retriable = client:find_coordinator(self.group_id, 0, deadline)
-    if not c then return nil, err, code, kcode, retriable end
-    local resp
-    resp, err, code = c:request(api, body, { deadline = deadline })
-    if not resp then return nil, err, code end
-    return check_resp(resp)
-  end)
-end
-
--- NOT_COORDINATOR and the retriable codes send us to the coordinator again.
-local function kafka_error(what, code)
-  local e = errors.info(code)
-  return nil, what .. ": " .. e.name, "kafka", e.code, e.retriable or e.code == errors.NOT_COORDINATOR
 end
 
 local function check_list(where, list, with_offset)
@@ -521,30 +212,357 @@ local function check_list(where, list, with_offset)
   end
 end
 
--- commit([offsets]) -> true | nil, err, code. offsets: {{topic=, partition=,
--- offset=, metadata=}}; default: the position of every assigned partition.
+-- pause(partitions) / resume(partitions): paused partitions stay assigned
+-- (and owned in a group) but are not fetched. A reassignment resumes them.
+local function set_paused(self, where, list, paused)
+  if list == nil then check.fail(where, "the partitions", "an array of {topic=, partition=}", nil) end
+  check_list(where, list, false)
+  for _, p in ipairs(list) do
+    local st = self.fetcher:get(p.topic, p.partition)
+    if not st then return nil, ("%s/%d is not assigned"):format(p.topic, p.partition), "invalid" end
+  end
+  for _, p in ipairs(list) do self.fetcher:get(p.topic, p.partition).paused = paused end
+  self.fetcher.pending = nil -- what was fetched for them is fetched again when they resume
+  self:_tick()
+  return true
+end
+
+function _M:pause(list) return set_paused(self, "pause", list, true) end
+function _M:resume(list) return set_paused(self, "resume", list, false) end
+
+-- subscribe{"t1", "t2"} | subscribe{pattern = "^logs%-"} | subscribe{regex = "logs-.*"}
+-- -> true | nil, err, code. Names are exact; a pattern is a Lua pattern
+-- matched by the client against the cluster's topics (both protocols,
+-- checked again every metadata_max_age_ms); a regex is a Java (RE2J)
+-- regular expression the coordinator matches (the consumer protocol,
+-- Kafka 4.0+). Joining happens in poll().
+function _M:subscribe(sub)
+  if not self.group_id then error("subscribe: the consumer has no group_id", 2) end
+  if self.manual then error("subscribe: the consumer has a manual assignment (assign{} first)", 2) end
+  if type(sub) ~= "table" then check.fail("subscribe", "the subscription", 'a list of topics, {pattern=} or {regex=}', sub) end
+  local s
+  if sub.pattern ~= nil then
+    if type(sub.pattern) ~= "string" or sub.pattern == "" then
+      check.fail("subscribe", "pattern", "a non-empty Lua pattern", sub.pattern)
+    end
+    local ok, perr = pcall(string.find, "", sub.pattern)
+    if not ok then error("subscribe: bad Lua pattern: " .. tostring(perr), 2) end
+    s = { pattern = sub.pattern }
+  elseif sub.regex ~= nil then
+    if type(sub.regex) ~= "string" or sub.regex == "" then
+      check.fail("subscribe", "regex", "a non-empty regular expression", sub.regex)
+    end
+    if self.group_cfg.group_protocol == "classic" then
+      error("subscribe: a regex is matched by the coordinator (group_protocol \"consumer\"); "
+        .. "use {pattern = <Lua pattern>} with the classic protocol", 2)
+    end
+    s = { regex = sub.regex }
+  else
+    if #sub == 0 then check.fail("subscribe", "the subscription", "a non-empty list of topics, {pattern=} or {regex=}", sub) end
+    local names, seen = {}, {}
+    for i, t in ipairs(sub) do
+      if type(t) ~= "string" or t == "" then check.fail("subscribe", ("topics[%d]"):format(i), "a topic name", t) end
+      if not seen[t] then
+        seen[t] = true
+        names[#names + 1] = t
+      end
+    end
+    table.sort(names)
+    s = { topics = names }
+  end
+  local g = self.group
+  if not g then
+    local proto_name = self.group_cfg.group_protocol
+    if not proto_name then
+      local err, code
+      proto_name, err, code = self:_detect_protocol()
+      if not proto_name then return nil, err, code end
+    end
+    if s.regex and proto_name ~= "consumer" then
+      return nil, "subscribe: a regex needs the consumer group protocol (this cluster speaks classic only)",
+        "unsupported"
+    end
+    local impl = require(proto_name == "consumer" and "kafka.group.consumer_protocol" or "kafka.group.classic")
+    g = group.new(self, self.group_cfg, impl)
+    self.group = g
+  elseif s.regex and g.protocol ~= "consumer" then
+    return nil, "subscribe: a regex needs the consumer group protocol", "unsupported"
+  end
+  local changed = g.sub ~= nil
+  g.sub = s
+  if s.topics then g.topics = s.topics end
+  if changed and g.state ~= "unjoined" then
+    if g.protocol == "classic" then
+      g.join_reason = "subscription changed"
+      g:rejoin()
+    else
+      g.meta_next, g.hb_next = 0, 0
+    end
+  end
+  return true
+end
+
+-- The consumer protocol where a broker offers ConsumerGroupHeartbeat v1+
+-- (Kafka 4.0+, where KIP-848 is generally available; 3.9 offers v0 as an
+-- early-access preview), else classic.
+function _M:_detect_protocol()
+  local client = self.client
+  local c, err, code = client:call(function(deadline) return client:any_broker(deadline) end)
+  if not c then return nil, err, code end
+  local v = c:version(API.ConsumerGroupHeartbeat)
+  if v and v >= 1 then return "consumer" end
+  return "classic"
+end
+
+-- group_state() -> {state=, protocol=, member_id=, generation=} of the group member (nil without subscribe)
+-- group_metadata() -> {group_id=, generation_id=, member_id=,
+-- group_instance_id=}: what a transactional producer's
+-- send_offsets_to_transaction needs to commit offsets as this member
+-- (generation -1 and member "" without a group membership).
+function _M:group_metadata()
+  local g = self.group
+  if not self.group_id then error("group_metadata: the consumer has no group_id", 2) end
+  if not g then return { group_id = self.group_id, generation_id = -1, member_id = "" } end
+  return { group_id = self.group_id, member_id = g.member_id or "",
+           generation_id = (g.protocol == "classic" and g.generation or g.epoch) or -1,
+           group_instance_id = g.instance_id }
+end
+
+function _M:group_state()
+  local g = self.group
+  if not g then return nil end
+  return { state = g.state, protocol = g.protocol, member_id = g.member_id,
+           generation = g.protocol == "classic" and g.generation or g.epoch, rebalances = g.rebalances,
+           leader = g.leader_id and g.leader_id == g.member_id or nil, transitions = g.transitions }
+end
+
+-- Called by the group member: partitions it owns from now on (positions
+-- resolved by the next poll: committed offset, else auto_offset_reset).
+function _M:_group_add(list)
+  local states, stale = {}, {}
+  local client = self.client
+  for i, tp in ipairs(list) do
+    states[i] = self.fetcher:new_state(tp.topic, tp.partition, nil)
+    -- partitions added to a topic reach the assignment before this
+    -- client's metadata: look again before routing to them
+    local t = client.topics[tp.topic]
+    if not (t and t.partitions[tp.partition]) and not stale[tp.topic] then
+      stale[tp.topic] = true
+      stale[#stale + 1] = tp.topic
+    end
+  end
+  if #stale > 0 then
+    client:load_metadata({ topics = stale }, client.now() + client.default_api_timeout_ms)
+    for _, name in ipairs(stale) do client:invalidate(name) end
+  end
+  self.fetcher:add(states)
+  self.need_positions = true
+end
+
+function _M:_group_remove(list)
+  self.fetcher:remove(list)
+end
+
+-- Positions of the partitions that have none yet: one OffsetFetch for all,
+-- then auto_offset_reset for those without a committed offset. Errors go
+-- into errs (tried again by the next poll).
+function _M:_positions(errs)
+  if not self.need_positions then return end
+  local want = {}
+  for _, st in ipairs(self.fetcher.parts) do
+    if not st.offset then want[#want + 1] = { topic = st.topic, partition = st.partition, st = st } end
+  end
+  self.need_positions = false
+  if #want == 0 then return end
+  local got, err, code, kcode = self.offsets:committed(want)
+  if not got then
+    self.need_positions = true
+    errs[#errs + 1] = { topic = want[1].topic, partition = want[1].partition, err = err, code = code, kafka_code = kcode }
+    return
+  end
+  for i, w in ipairs(want) do
+    local st = w.st
+    if self.fetcher:get(st.topic, st.partition) == st and not st.offset then
+      local off = got[i].offset
+      if off == nil or off < 0 then
+        if self.auto_offset_reset == "error" then
+          off, err, code = nil, ("no committed offset for %s/%d"):format(st.topic, st.partition), "no_offset"
+        else
+          off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+        end
+      end
+      if off then
+        st.offset = off
+      else
+        if code ~= "no_offset" then self.need_positions = true end
+        errs[#errs + 1] = { topic = st.topic, partition = st.partition, err = err, code = code }
+      end
+    end
+  end
+end
+
+-- Positions of owned partitions worth committing (moved since the last commit).
+local function positions(self, list, all)
+  local out = {}
+  for _, tp in ipairs(list) do
+    local st = self.fetcher:get(tp.topic, tp.partition)
+    if st and st.offset and (all or st.offset ~= st.committed) then
+      out[#out + 1] = { topic = st.topic, partition = st.partition, offset = st.offset, st = st }
+    end
+  end
+  return out
+end
+
+function _M:_commit_group(list, react)
+  local g = self.group
+  local id = g:identity()
+  if not id then return nil, "not a member of the group now (" .. g.state .. ")", "rebalance" end
+  local ok, err, code, kcode = self.offsets:commit(list, id)
+  if ok then
+    for _, o in ipairs(list) do
+      local st = self.fetcher:get(o.topic, o.partition)
+      if st and st.offset == o.offset then st.committed = o.offset end
+    end
+    self.last_commit = list
+    return true
+  end
+  if kcode and react and not self.in_callback then g:commit_error(kcode) end
+  return nil, err, code, kcode
+end
+
+-- Auto commit of partitions being revoked (called by the group member).
+function _M:_group_auto_commit(list)
+  if not self.enable_auto_commit then return end
+  local offs = positions(self, list, false)
+  if #offs == 0 then return end
+  local ok, err, code = self:_commit_group(offs, false)
+  if not ok then self.last_commit_error = { err = err, code = code } end
+end
+
+function _M:_auto_commit()
+  local g = self.group
+  if not (g and self.enable_auto_commit) then return end
+  local t = self.client.now()
+  if t < self.next_auto_commit then return end
+  self.next_auto_commit = t + self.auto_commit_interval_ms
+  if g.state ~= "stable" or not g:identity() then return end
+  local offs = positions(self, g:owned_list(), false)
+  if #offs == 0 then return end
+  local ok, err, code = self:_commit_group(offs, true)
+  if not ok then self.last_commit_error = { err = err, code = code } end
+end
+
+local function result(self, out, errs)
+  local ce = self.callback_errors
+  if #ce > 0 then self.callback_errors = {} end
+  if #errs == 0 then
+    if #ce > 0 then out.callback_errors = ce end
+    return out
+  end
+  if #out > 0 then
+    out.errors = errs
+    if #ce > 0 then out.callback_errors = ce end
+    return out
+  end
+  for _, m in ipairs(ce) do errs[#errs + 1] = { err = m, code = "callback" } end
+  local e = errs[1]
+  local msg = e.err
+  if #errs > 1 then msg = ("%s (and %d more partition errors)"):format(tostring(msg), #errs - 1) end
+  return nil, msg, e.code, e.kafka_code, errs
+end
+
+local function fetchable(self)
+  for _, st in ipairs(self.fetcher.parts) do
+    if st.offset and not st.paused then return true end
+  end
+  return false
+end
+
+-- poll([timeout_ms]) -> messages | nil, err, code, kafka_code, errors.
+-- Each message: topic, partition, offset, key, value, headers (when any),
+-- timestamp, high_watermark. timeout_ms (default fetch_max_wait_ms) is a
+-- deadline over the whole call. A partition that could not be fetched
+-- (leader unreachable, I/O error, a non-retriable Kafka error, a corrupt
+-- batch, an offset out of range with auto_offset_reset = "error") gives an
+-- entry {topic=, partition=, err=, code=, kafka_code=} in errors: with
+-- messages from other partitions they come as messages.errors; with no
+-- messages at all poll returns nil, the first error's message, code and
+-- kafka_code, and the whole list as the fifth value. Retriable Kafka
+-- errors (a leader moved) are handled inside (metadata refreshed) and not
+-- reported. A subscribed consumer runs its group here: joins, heartbeats,
+-- rebalances (callbacks), auto commits; a member fenced or failed makes
+-- poll return nil, err, "fenced" | "group". Errors raised by rebalance
+-- callbacks come as messages.callback_errors.
+function _M:poll(timeout_ms)
+  timeout_ms = check.int("poll", "timeout_ms", timeout_ms, self.fetch_max_wait_ms, 0)
+  local client = self.client
+  local now = client.now
+  local deadline = now() + timeout_ms
+  local out, errs = {}, {}
+  local g = self.group
+  if not g then
+    if #self.fetcher.parts == 0 then
+      client.sleep(timeout_ms)
+      return out
+    end
+    self.fetcher:fetch(deadline, out, errs)
+    self.fetcher:end_poll()
+    return result(self, out, errs)
+  end
+  local msg, code, kcode = g:failure()
+  if msg then return nil, msg, code, kcode end
+  g:poll_begin()
+  self:_auto_commit()
+  while true do
+    local can_fetch = fetchable(self)
+    g:step(can_fetch and now() or deadline)
+    msg, code, kcode = g:failure()
+    if msg then return nil, msg, code, kcode end
+    self:_positions(errs)
+    local t = now()
+    if t >= deadline then break end
+    if fetchable(self) then
+      self.fetcher:fetch(deadline, out, errs, g:next_due())
+      if #out > 0 then break end
+    else
+      local wake = math.min(deadline, g:next_due())
+      if wake > t then client.sleep(math.max(1, math.ceil(wake - t))) end
+    end
+    if now() >= deadline then break end
+  end
+  self.fetcher:end_poll()
+  return result(self, out, errs)
+end
+
+-- commit([offsets]) -> true | nil, err, code, kafka_code. offsets:
+-- {{topic=, partition=, offset=, metadata=}}; default: the position of
+-- every assigned (owned) partition. In a group the commit carries the
+-- member's generation (or epoch); a partition the member does not own, or
+-- a member between generations, gives nil, err, "rebalance".
 function _M:commit(offsets)
   if not self.group_id then error("commit: the consumer has no group_id", 2) end
   check_list("commit", offsets, true)
-  if not offsets then
-    offsets = {}
-    for i, st in ipairs(self.parts) do offsets[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
-  end
-  local list = by_topic(offsets, "partitions", function(o)
-    return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
-             commit_timestamp = -1, committed_metadata = o.metadata or "" }
-  end)
-  return self:_group_request(API.OffsetCommit, { group_id = self.group_id, generation_id_or_member_epoch = -1, member_id = "",
-    retention_time_ms = -1, topics = list }, function(resp)
-    for _, tr in ipairs(resp.topics or {}) do
-      for _, pr in ipairs(tr.partitions or {}) do
-        if pr.error_code ~= errors.NONE then
-          return kafka_error(("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
+  local g = self.group
+  self:_tick()
+  if g then
+    if not offsets then
+      offsets = positions(self, g:owned_list(), true)
+      if #offsets == 0 then return true end
+    else
+      for _, o in ipairs(offsets) do
+        if not g:owns(o.topic, o.partition) then
+          return nil, ("commit: %s/%d is not owned by this member (%s)"):format(o.topic, o.partition, g.state),
+            "rebalance"
         end
       end
     end
-    return true
-  end)
+    return self:_commit_group(offsets, true)
+  end
+  if not offsets then
+    offsets = {}
+    for i, st in ipairs(self.fetcher.parts) do offsets[i] = { topic = st.topic, partition = st.partition, offset = st.offset } end
+  end
+  return self.offsets:commit(offsets)
 end
 
 -- committed(partitions) -> {{topic=, partition=, offset=, metadata=}} (offset
@@ -552,36 +570,28 @@ end
 function _M:committed(partitions)
   if not self.group_id then error("committed: the consumer has no group_id", 2) end
   check_list("committed", partitions, false)
+  self:_tick()
   partitions = partitions or self:assignment()
-  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
-  return self:_group_request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
-    if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error("committed", resp.error_code) end
-    local found = {}
-    for _, tr in ipairs(resp.topics or {}) do
-      for _, pr in ipairs(tr.partitions or {}) do
-        if pr.error_code ~= errors.NONE then
-          local _, err, code, kcode = kafka_error(("committed %s/%d"):format(tr.name, pr.partition_index),
-            pr.error_code)
-          return nil, err, code, kcode, false
-        end
-        found[pkey(tr.name, pr.partition_index)] = pr
-      end
-    end
-    local result_list = {}
-    for i, p in ipairs(partitions) do
-      local pr = found[pkey(p.topic, p.partition)]
-      result_list[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
-                         metadata = pr and pr.metadata }
-    end
-    return result_list
-  end)
+  return self.offsets:committed(partitions)
 end
 
+-- close(): a group member commits its positions (enable_auto_commit),
+-- revokes its partitions (on_revoke) and leaves the group (a static
+-- member keeps its place until its session times out on the classic
+-- protocol, or leaves with epoch -2 on the consumer protocol).
 function _M:close()
-  self:_abandon_fetches()
-  for _, conn in pairs(self.pool) do conn:close("consumer closed") end
-  self.pool = {}
-  self.parts, self.index, self.pending = {}, {}, nil
+  local g = self.group
+  if g and g.state ~= "closed" then
+    local deadline = self.client.now() + self.client.default_api_timeout_ms
+    if g.state ~= "fenced" and g.state ~= "failed" then
+      g:revoked(g:owned_list())
+      g:leave("the consumer is closing", deadline)
+    end
+    g:drop_request("closed")
+    g:close_conns()
+    g:set_state("closed")
+  end
+  self.fetcher:close()
   if self.own_client then self.client:close() end
 end
 

@@ -183,9 +183,14 @@ _M.codes = {
   offset_out_of_range = "the position is outside the log and auto_offset_reset is \"error\"",
   no_offset = "no committed offset to start from",
   -- idempotence and transactions
-  fenced = "fatal: another producer with the same transactional id (or a newer epoch) took over",
+  fenced = "fatal: a newer producer with the same transactional id took over, or another group member has"
+    .. " this group_instance_id",
   fatal = "fatal producer error (authorization, invalid transaction state, an epoch that cannot be bumped)",
   abortable = "the transaction must be aborted, then the producer goes on",
+  -- consumer groups
+  rebalance = "a commit the group refused: partition not owned, old generation or epoch, rebalance in progress",
+  group = "a fatal consumer group error (the Kafka code as the fourth value)",
+  callback = "an error raised by a rebalance callback (in poll's error list)",
   internal = "a bug in lua-kafka: please report it",
 }
 

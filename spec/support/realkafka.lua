@@ -155,17 +155,22 @@ function _M.compiled(class, version)
   return compiled_cp[class]
 end
 
--- run_java(class, args [, opts]) -> lines of stdout, the final "DONE"
--- removed; raises with the program's output when it fails. opts.timeout
--- (s, default 120), opts.jvm (extra JVM arguments), opts.version (of kafka-clients).
-function _M.run_java(class, args, opts)
-  opts = opts or {}
+-- java_cmd(class, args [, opts]) -> the shell command running the class
+-- (opts.timeout s, default 120; opts.jvm extra JVM arguments; opts.version
+-- of kafka-clients)
+local function java_cmd(class, args, opts)
   local q = {}
   for i, a in ipairs(args) do q[i] = "'" .. tostring(a) .. "'" end
+  return ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' %s %s %s")
+    :format(opts.timeout or 120, _M.compiled(class, opts.version), opts.jvm or "", class, table.concat(q, " "))
+end
+
+-- run_java(class, args [, opts]) -> lines of stdout, the final "DONE"
+-- removed; raises with the program's output when it fails.
+function _M.run_java(class, args, opts)
+  opts = opts or {}
   local errf = os.tmpname()
-  local cmd = ("LD_PRELOAD= timeout %d java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m -cp '%s' %s %s %s 2>%s")
-    :format(opts.timeout or 120, _M.compiled(class, opts.version), opts.jvm or "", class, table.concat(q, " "), errf)
-  local p = assert(io.popen(cmd))
+  local p = assert(io.popen(java_cmd(class, args, opts) .. " 2>" .. errf))
   local lines = {}
   for line in p:lines() do lines[#lines + 1] = line end
   p:close()
@@ -180,11 +185,9 @@ function _M.run_java(class, args, opts)
   return lines
 end
 
--- java(args [, opts]) -> lines of stdout: Kafka's Java client as a peer
--- (Peer.java). opts.bootstrap, opts.props (a table written to a
--- properties file), opts.timeout.
-function _M.java(args, opts)
-  opts = opts or {}
+-- The Java peer's command: opts.bootstrap, opts.props (a table written to
+-- a properties file), opts.timeout.
+local function peer_opts(opts)
   local props = ""
   if opts.props then
     local name = os.tmpname()
@@ -193,9 +196,78 @@ function _M.java(args, opts)
     f:close()
     props = " -Dprops=" .. name
   end
-  return _M.run_java("Peer", args, { timeout = opts.timeout,
+  return { timeout = opts.timeout,
     jvm = ("-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s")
-      :format(root, opts.bootstrap or "127.0.0.1:9092", props) })
+      :format(root, opts.bootstrap or "127.0.0.1:9092", props) }
+end
+
+local function peer_cmd(args, opts) return java_cmd("Peer", args, peer_opts(opts)) end
+
+-- java(args [, opts]) -> lines of stdout: Kafka's Java client as a peer (Peer.java)
+function _M.java(args, opts)
+  return _M.run_java("Peer", args, peer_opts(opts or {}))
+end
+
+-- java_bg(args [, opts]) -> a peer running in the background: p:lines()
+-- (every line written so far), p:stop() (creates the stop file the
+-- "group" mode watches), p:wait([secs]) -> the lines once it printed DONE
+-- (raises otherwise), p:kill(). opts as for java(); opts.stopfile is
+-- made up and passed as the last argument when args has "%STOP%".
+function _M.java_bg(args, opts)
+  opts = opts or {}
+  local out, errf, pidf = os.tmpname(), os.tmpname(), os.tmpname()
+  local stopf = os.tmpname()
+  os.remove(stopf)
+  local a = {}
+  for i, x in ipairs(args) do a[i] = x == "%STOP%" and stopf or x end
+  local cmd = peer_cmd(a, opts)
+  os.execute(("(%s >%s 2>%s & echo $! >%s)"):format(cmd, out, errf, pidf))
+  local f = assert(io.open(pidf, "rb"))
+  local pid = f:read("*a"):match("%d+")
+  f:close()
+  os.remove(pidf)
+  local p = { pid = pid, out = out }
+  function p.lines()
+    local lf = io.open(out, "rb")
+    local t = {}
+    if lf then
+      for line in lf:lines() do t[#t + 1] = line end
+      lf:close()
+    end
+    return t
+  end
+  function p.stop()
+    local sf = assert(io.open(stopf, "wb"))
+    sf:close()
+  end
+  function p.running()
+    return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true or os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0
+  end
+  function p.wait(secs)
+    local socket = require "socket"
+    local stop = socket.gettime() + (secs or 60)
+    local lines = p.lines()
+    while lines[#lines] ~= "DONE" and socket.gettime() < stop do
+      socket.sleep(0.1)
+      lines = p.lines()
+    end
+    os.remove(stopf)
+    if lines[#lines] ~= "DONE" then
+      p.kill()
+      local ef = io.open(errf, "rb")
+      local stderr = ef and ef:read("*a") or ""
+      if ef then ef:close() end
+      error("java peer " .. table.concat(args, " ") .. " failed:\n" .. table.concat(lines, "\n") .. "\n" .. stderr, 2)
+    end
+    os.remove(out)
+    os.remove(errf)
+    lines[#lines] = nil
+    return lines
+  end
+  function p.kill()
+    os.execute("pkill -P " .. pid .. " 2>/dev/null; kill " .. pid .. " 2>/dev/null")
+  end
+  return p
 end
 
 function _M.hex(s)

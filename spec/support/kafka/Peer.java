@@ -13,6 +13,12 @@
 //   partition NPARTS KEYHEX...   -> PART keyhex partition   (the Java client's key placement)
 //   murmur2 KEYHEX...            -> MURMUR2 keyhex value     (org.apache.kafka.common.utils.Utils.murmur2)
 //   create TOPIC PARTS RF [name=value ...]
+//   group TOPIC GROUP PROTOCOL SECS STOPFILE
+//       a group member (PROTOCOL: classic:range, classic:cooperative-sticky, consumer:uniform, ...)
+//       subscribed to TOPIC, auto commit every second, until SECS pass or STOPFILE exists; then close()
+//       -> JOINED, then ASSIGNED p,p,... / REVOKED p,... / LOST p,... (rebalance callbacks, "-" for none)
+//          and REC partition offset for each record (FIRST ms: subscribe to the first record); lines are flushed as they are written; the
+//          positions of revoked partitions are committed in onPartitionsRevoked
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -84,6 +90,7 @@ public class Peer {
                     admin.createTopics(List.of(new NewTopic(a[1], Integer.parseInt(a[2]), Short.parseShort(a[3])).configs(cfg))).all().get();
                 }
             }
+            case "group" -> group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5]);
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
         }
         System.out.println("DONE");
@@ -144,6 +151,69 @@ public class Peer {
                     System.out.println("REC " + r.partition() + " " + r.offset() + " " + r.timestamp() + " "
                         + r.timestampType().id + " " + hex(r.key()) + " " + hex(r.value()) + " " + (h.length() == 0 ? "." : h));
                     got++;
+                }
+            }
+        }
+    }
+
+    static synchronized void say(String line) {
+        System.out.println(line);
+        System.out.flush();
+    }
+
+    static String parts(java.util.Collection<TopicPartition> tps) {
+        List<Integer> ps = new ArrayList<>();
+        for (TopicPartition tp : tps) ps.add(tp.partition());
+        java.util.Collections.sort(ps);
+        StringBuilder b = new StringBuilder();
+        for (int x : ps) { if (b.length() > 0) b.append(','); b.append(x); }
+        return b.length() == 0 ? "-" : b.toString();
+    }
+
+    static void group(String topic, String groupId, String protocol, int secs, String stopFile) throws Exception {
+        Properties p = base();
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "true");
+        p.put(ConsumerConfig.AUTO_COMMIT_INTERVAL_MS_CONFIG, "1000");
+        String[] pr = protocol.split(":", 2);
+        p.put("group.protocol", pr[0]);
+        if (pr[0].equals("classic")) {
+            p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, pr[1].equals("range")
+                ? "org.apache.kafka.clients.consumer.RangeAssignor"
+                : pr[1].equals("roundrobin") ? "org.apache.kafka.clients.consumer.RoundRobinAssignor"
+                : "org.apache.kafka.clients.consumer.CooperativeStickyAssignor");
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+        } else if (pr.length > 1) {
+            p.put("group.remote.assignor", pr[1]);
+        }
+        java.io.File stop = new java.io.File(stopFile);
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
+            c.subscribe(List.of(topic), new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
+                public void onPartitionsRevoked(java.util.Collection<TopicPartition> tps) {
+                    // the positions of what is given up, committed before it moves (auto commit
+                    // alone commits before the rebalance, not what was fetched during it)
+                    Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> offs = new HashMap<>();
+                    for (TopicPartition tp : tps) offs.put(tp, new org.apache.kafka.clients.consumer.OffsetAndMetadata(c.position(tp)));
+                    // (the consumer protocol's Java client may answer STALE_MEMBER_EPOCH here: its
+                    // auto commit before the revocation has committed them then)
+                    try { if (!offs.isEmpty()) c.commitSync(offs); }
+                    catch (org.apache.kafka.common.KafkaException e) { say("COMMITFAIL " + e.getClass().getSimpleName()); }
+                    say("REVOKED " + parts(tps));
+                }
+                public void onPartitionsAssigned(java.util.Collection<TopicPartition> tps) { say("ASSIGNED " + parts(tps)); }
+                public void onPartitionsLost(java.util.Collection<TopicPartition> tps) { say("LOST " + parts(tps)); }
+            });
+            say("JOINED");
+            long start = System.currentTimeMillis(), end = start + secs * 1000L;
+            boolean first = true;
+            while (System.currentTimeMillis() < end && !stop.exists()) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
+                    if (first) { say("FIRST " + (System.currentTimeMillis() - start)); first = false; }
+                    say("REC " + r.partition() + " " + r.offset());
                 }
             }
         }

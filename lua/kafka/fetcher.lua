@@ -1,0 +1,392 @@
+-- kafka.fetcher: the fetch half of a consumer: the partitions it reads
+-- (one state each: position, high watermark, paused), the fetched data not
+-- decoded yet, and the fetch loop (one Fetch per leader, all brokers at
+-- once, over the consumer's own connections; a Fetch not answered by a
+-- poll's deadline stays in flight for the next poll). kafka.consumer owns
+-- one; the group module adds and removes partitions through it.
+local proto = require "kafka.proto"
+local txn = require "kafka.txn"
+
+local errors = proto.errors
+local API = proto.api
+local math, table = math, table
+local setmetatable, tostring, type, ipairs, pairs = setmetatable, tostring, type, ipairs, pairs
+
+local _M = {}
+local mt = { __index = _M }
+
+local function pkey(topic, partition) return topic .. "\0" .. partition end
+_M.key = pkey
+
+-- new(client, o): o holds the consumer's validated options
+function _M.new(client, o)
+  local decode_txn -- decode_opts with the batch list (read_committed with aborted transactions)
+  if o.isolation_level == 1 then
+    decode_txn = {}
+    for k, v in pairs(o.decode_opts) do decode_txn[k] = v end
+    decode_txn.batches = true
+  end
+  return setmetatable({
+    client = client,
+    auto_offset_reset = o.auto_offset_reset,
+    fetch_max_wait_ms = o.fetch_max_wait_ms,
+    fetch_min_bytes = o.fetch_min_bytes,
+    fetch_max_bytes = o.fetch_max_bytes,
+    max_partition_fetch_bytes = o.max_partition_fetch_bytes,
+    isolation_level = o.isolation_level,
+    decode_opts = o.decode_opts,
+    decode_txn = decode_txn,
+    fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
+    retry_backoff_ms = o.retry_backoff_ms,
+    max_poll_records = o.max_poll_records,
+    pending = nil, -- fetched partitions not decoded yet: {st=, pr=, offset=}
+    parts = {},   -- array of partition states
+    index = {},   -- "topic\0partition" -> state
+    pool = {},    -- node id -> this consumer's Fetch connection (see client:broker)
+    fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
+    flist = {},   -- the same, oldest first
+  }, mt)
+end
+
+-- state(topic, partition, offset) -> a new partition state (not added)
+function _M:new_state(topic, partition, offset)
+  return { topic = topic, partition = partition, offset = offset, fetch_bytes = self.max_partition_fetch_bytes,
+           high_watermark = -1, paused = false, set = { topic = topic, partition = partition } }
+end
+
+-- get(topic, partition) -> the state | nil
+function _M:get(topic, partition) return self.index[pkey(topic, partition)] end
+
+-- replace(states): the partitions read from now on (fetches in flight dropped)
+function _M:replace(states)
+  local index = {}
+  for _, st in ipairs(states) do index[pkey(st.topic, st.partition)] = st end
+  self:_abandon_fetches()
+  self.parts, self.index, self.pending = states, index, nil
+end
+
+-- add(states): more partitions (those already there are replaced)
+function _M:add(states)
+  for _, st in ipairs(states) do
+    local k = pkey(st.topic, st.partition)
+    local old = self.index[k]
+    if old then
+      for i, x in ipairs(self.parts) do
+        if x == old then
+          self.parts[i] = st
+          break
+        end
+      end
+    else
+      self.parts[#self.parts + 1] = st
+    end
+    self.index[k] = st
+  end
+end
+
+-- remove(list of {topic=, partition=}): those partitions are not read any
+-- more (an answer in flight or pending for them is dropped when it comes)
+function _M:remove(list)
+  local drop = {}
+  for _, p in ipairs(list) do
+    local k = pkey(p.topic, p.partition)
+    if self.index[k] then drop[self.index[k]] = true end
+    self.index[k] = nil
+  end
+  local keep = {}
+  for _, st in ipairs(self.parts) do
+    if not drop[st] then keep[#keep + 1] = st end
+  end
+  self.parts = keep
+end
+
+-- Drops every Fetch in flight (their answers are not wanted any more).
+function _M:_abandon_fetches()
+  for _, f in ipairs(self.flist) do
+    f.conn:abandon(f.corr)
+    for _, st in ipairs(f.parts) do st.fetch = nil end
+  end
+  self.fetches, self.flist = {}, {}
+end
+
+-- Handles one partition's fetch result; appends messages to out.
+-- Returns nil, err, code, kafka_code for errors the caller must see.
+function _M:_partition_result(st, pr, out)
+  local ec = pr.error_code
+  if ec ~= errors.NONE then
+    local e = errors.info(ec)
+    if ec == errors.OFFSET_OUT_OF_RANGE then
+      if self.auto_offset_reset == "error" then
+        return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range",
+          ec
+      end
+      local off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+      if not off then return nil, err, code end
+      st.offset = off
+      return true
+    end
+    if e.retriable then
+      self.client:invalidate(st.topic)
+      return true
+    end
+    return nil, ("%s/%d: %s (%s)"):format(st.topic, st.partition, e.name, e.message), "kafka", ec
+  end
+  st.high_watermark = pr.high_watermark
+  local raw = pr.records
+  if not raw or #raw == 0 then return true end
+  -- decoded in C straight into `out`: records below the position (a
+  -- compressed batch starts early) and control records are left out,
+  -- topic/partition/high_watermark set in every message
+  local aborted = self.isolation_level == 1 and pr.aborted_transactions
+  local opts = aborted and aborted[1] and self.decode_txn or self.decode_opts
+  local set = st.set
+  set.high_watermark = pr.high_watermark
+  opts.into, opts.set, opts.min_offset = out, set, st.offset
+  local before = #out
+  local _, info, code = proto.decode_records(raw, opts)
+  opts.into, opts.set = nil, nil
+  if not info or (type(info) == "table" and info.errors) then
+    -- a corrupt batch is never skipped silently: the position stays put
+    for i = #out, before + 1, -1 do out[i] = nil end
+    local msg = type(info) == "table" and info.errors[1] or info
+    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(msg)), code or "corrupt"
+  end
+  if opts == self.decode_txn then txn.drop_aborted(out, before, info.batches, aborted) end -- read_committed
+  local next_pos = info.next_offset
+  if next_pos and next_pos > st.offset then
+    st.offset = next_pos
+  elseif info.partial and #out == before then
+    -- the first batch is larger than we asked for (old brokers): ask for more
+    st.fetch_bytes = math.min(st.fetch_bytes * 2, self.fetch_max_bytes)
+  end
+  return true
+end
+
+-- One error per partition and poll (the latest).
+local function add_error(errs, st, err, code, kcode)
+  local e
+  for i = 1, #errs do
+    if errs[i].topic == st.topic and errs[i].partition == st.partition then e = errs[i] end
+  end
+  if not e then
+    e = { topic = st.topic, partition = st.partition }
+    errs[#errs + 1] = e
+  end
+  e.err, e.code, e.kafka_code = err, code, kcode
+end
+
+-- Decodes one partition's fetch result into out, or keeps it for the next
+-- poll once out holds max_poll_records: a poll's messages all stay alive
+-- until the caller drops them, and a big live set makes Lua's GC slow.
+function _M:_settle(st, pr, out, errs)
+  if #out >= self.max_poll_records then
+    local p = self.pending or {}
+    p[#p + 1] = { st = st, pr = pr, offset = st.offset }
+    self.pending = p
+    return
+  end
+  local ok, err, code, kcode = self:_partition_result(st, pr, out)
+  if not ok then add_error(errs, st, err, code, kcode) end
+end
+
+-- Decodes what earlier fetches left (dropped when the partition was
+-- reassigned or sought meanwhile).
+function _M:_drain(out, errs)
+  local pend = self.pending
+  self.pending = nil
+  for _, it in ipairs(pend) do
+    local st = it.st
+    if self.index[pkey(st.topic, st.partition)] == st and st.offset == it.offset and not st.paused then
+      self:_settle(st, it.pr, out, errs)
+    end
+  end
+end
+
+-- Sends a Fetch to every leader of assigned partitions that has none in
+-- flight (partitions already in a Fetch wait for its answer; partitions in
+-- skip are left out until the time given). Partitions whose leader cannot
+-- be reached get an error in errs and are tried again after
+-- retry_backoff_ms.
+function _M:_send_fetches(deadline, errs, skip)
+  local client = self.client
+  local items = {}
+  local tnow = client.now()
+  for _, st in ipairs(self.parts) do
+    if not st.fetch and not st.paused and st.offset and not (skip[st] and skip[st] > tnow) then items[#items + 1] = st end
+  end
+  if #items == 0 then return end
+  local groups, failed = client:group(items, deadline, self.pool)
+  for _, f in ipairs(failed) do
+    add_error(errs, f.item, f.err, f.code)
+    skip[f.item] = tnow + self.retry_backoff_ms
+    if f.code ~= "backoff" then client:invalidate(f.item.topic) end
+  end
+  local wait = math.floor(math.max(0, math.min(deadline - client.now(), self.fetch_max_wait_ms)))
+  for _, g in ipairs(groups) do
+    local conn = g.conn
+    if not self.fetches[conn] then
+      local topics, list, offsets = {}, {}, {}
+      for _, st in ipairs(g.items) do
+        local t = topics[st.topic]
+        if not t then
+          t = { topic = st.topic, partitions = {} }
+          topics[st.topic] = t
+          list[#list + 1] = t
+        end
+        t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.offset,
+          partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
+          last_fetched_epoch = -1 }
+        offsets[st] = st.offset
+      end
+      local v, err, code = conn:version(API.Fetch)
+      local corr
+      if v then
+        corr, err, code = conn:send(API.Fetch, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
+          max_bytes = self.fetch_max_bytes, isolation_level = self.isolation_level, session_id = 0,
+          session_epoch = -1, topics = list, forgotten_topics_data = {}, rack_id = "" },
+          { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
+      end
+      if corr then
+        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, wait = wait }
+        self.fetches[conn] = f
+        self.flist[#self.flist + 1] = f
+        for _, st in ipairs(g.items) do st.fetch = f end
+      else
+        for _, st in ipairs(g.items) do
+          add_error(errs, st, err, code)
+          skip[st] = tnow + self.retry_backoff_ms
+        end
+        client:invalidate()
+      end
+    end
+  end
+end
+
+function _M:_fetch_done(f)
+  self.fetches[f.conn] = nil
+  for i, x in ipairs(self.flist) do
+    if x == f then
+      table.remove(self.flist, i)
+      break
+    end
+  end
+  for _, st in ipairs(f.parts) do
+    if st.fetch == f then st.fetch = nil end
+  end
+end
+
+-- Reads the answer to Fetch f until the deadline. Returns false while it
+-- is still in flight. A partition that failed is not fetched again in this
+-- poll (skip), so a stuck partition cannot make a poll spin.
+function _M:_collect(f, deadline, out, errs, skip)
+  local resp, err, code = f.conn:receive(f.corr, deadline)
+  if not resp and code == "timeout" and f.conn:waiting(f.corr) then return false end
+  self:_fetch_done(f)
+  local current = {}
+  for _, st in ipairs(f.parts) do
+    -- only partitions still assigned and not sought since the Fetch was sent
+    if self.index[pkey(st.topic, st.partition)] == st and st.offset == f.offsets[st] and not st.paused then
+      current[st] = true
+    end
+  end
+  local t = self.client.now()
+  if not resp then
+    for st in pairs(current) do
+      add_error(errs, st, err, code)
+      skip[st] = t + self.retry_backoff_ms
+    end
+    self.client:invalidate()
+    return true
+  end
+  if resp.error_code and resp.error_code ~= errors.NONE then
+    local e = errors.info(resp.error_code)
+    if e.retriable then
+      self.client:invalidate()
+    else
+      for st in pairs(current) do add_error(errs, st, "Fetch: " .. e.name, "kafka", e.code) end
+    end
+  end
+  local nerr, nout = #errs, #out
+  for _, tr in ipairs(resp.responses or {}) do
+    for _, pr in ipairs(tr.partitions or {}) do
+      local st = self.index[pkey(tr.topic, pr.partition_index)]
+      if st and current[st] then
+        self:_settle(st, pr, out, errs)
+        if #errs > nerr then
+          skip[st] = math.huge
+          nerr = #errs
+        end
+      end
+    end
+  end
+  if #out == nout and f.wait == 0 then
+    -- an empty answer to a Fetch that asked the broker not to wait: do not
+    -- ask again at once (the poll would spin on the network)
+    for st in pairs(current) do
+      if not skip[st] then skip[st] = t + self.retry_backoff_ms end
+    end
+  end
+  return true
+end
+
+-- fetch(deadline, out, errs [, wake]): the fetch loop of a poll. Appends
+-- messages to out and partition errors to errs; returns when out has
+-- messages, at the deadline, or at wake (the group's next heartbeat), so
+-- the caller can run the group and call again.
+function _M:fetch(deadline, out, errs, wake)
+  local client = self.client
+  local now = client.now
+  local stop = deadline
+  if wake and wake < stop then stop = wake end
+  if self.pending then
+    -- answer from what was fetched already; fetch again only when it is used up
+    self:_drain(out, errs)
+    if #out > 0 or self.pending then return end
+  end
+  local skip = self.skip or {}
+  self.skip = skip
+  while true do
+    self:_send_fetches(deadline, errs, skip)
+    -- every answer already there, from any broker
+    local flist = self.flist
+    for i = #flist, 1, -1 do
+      local f = flist[i]
+      if f then self:_collect(f, now(), out, errs, skip) end
+    end
+    -- messages end the poll; errors alone wait for the deadline (the
+    -- healthy partitions may still bring messages, and a caller polling in
+    -- a loop must not spin)
+    local t = now()
+    if #out > 0 or t >= stop then return end
+    local f = self.flist[1]
+    if not f then
+      -- nothing in flight: try the unreachable leaders again after a backoff
+      local wake_t = stop
+      for _, until_t in pairs(skip) do
+        if until_t < wake_t then wake_t = until_t end
+      end
+      client.sleep(math.max(1, math.ceil(math.min(wake_t, stop) - t)))
+    else
+      -- wait on the oldest Fetch; with several in flight, in short slices so
+      -- an answer from another broker is not held up behind it
+      local until_t = stop
+      if #self.flist > 1 and t + 20 < stop then until_t = t + 20 end
+      self:_collect(f, until_t, out, errs, skip)
+    end
+  end
+end
+
+-- end_poll(): forgets the per-poll backoffs of failed partitions
+function _M:end_poll() self.skip = nil end
+
+function _M.pause(_, st) st.paused = true end
+function _M.resume(_, st) st.paused = false end
+
+function _M:close()
+  self:_abandon_fetches()
+  for _, conn in pairs(self.pool) do conn:close("consumer closed") end
+  self.pool = {}
+  self.parts, self.index, self.pending = {}, {}, nil
+end
+
+return _M

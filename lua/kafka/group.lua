@@ -1,0 +1,336 @@
+-- kafka.group: a consumer's membership in a consumer group. One object per
+-- member, with a named state, driven from the consumer's calls (poll,
+-- commit, ...): nothing runs in the background and nothing waits except on
+-- a socket, bounded by the caller's deadline. Group requests go over the
+-- member's own connection to the coordinator (a JoinGroup the broker holds
+-- open never delays a commit or another member sharing the client).
+--
+-- The protocol parts are kafka.group.classic (JoinGroup/SyncGroup/
+-- Heartbeat/LeaveGroup, client-side assignors in kafka.group.assignors)
+-- and kafka.group.consumer_protocol (KIP-848: ConsumerGroupHeartbeat,
+-- server-side assignment). This module holds what both share: the
+-- subscription, the partitions the member owns, the rebalance callbacks
+-- (errors contained), the poll interval, the identity commits carry.
+--
+-- States:
+--   unjoined     not in the group (yet, or again after a loss): joins at the next step
+--   joining      JoinGroup (classic) or the first heartbeat (consumer) in flight
+--   syncing      classic: SyncGroup in flight (the leader sent the assignment)
+--   stable       a member with an assignment; heartbeats every interval
+--   reconciling  consumer protocol: revoking/assigning toward the target assignment
+--   leaving      LeaveGroup / the leave heartbeat in flight (close, poll interval exceeded)
+--   fenced       another member took this group_instance_id: poll fails with code "fenced"
+--   failed       a fatal group error (e.g. INCONSISTENT_GROUP_PROTOCOL): poll fails with code "group"
+--   closed       after close()
+local proto = require "kafka.proto"
+
+local errors = proto.errors
+local setmetatable, ipairs, pairs, tostring, xpcall = setmetatable, ipairs, pairs, tostring, xpcall
+local table, string, os, math = table, string, os, math
+local traceback = debug.traceback
+
+local _M = {}
+
+local function key(topic, partition) return topic .. "\0" .. partition end
+_M.key = key
+
+local function tp_less(a, b)
+  if a.topic ~= b.topic then return a.topic < b.topic end
+  return a.partition < b.partition
+end
+_M.tp_less = tp_less
+
+-- sorted copy of a list of {topic=, partition=}
+local function sorted(list)
+  local t = {}
+  for i, tp in ipairs(list) do t[i] = { topic = tp.topic, partition = tp.partition } end
+  table.sort(t, tp_less)
+  return t
+end
+_M.sorted = sorted
+
+-- by_topic(list) -> {{topic=, partitions={...}}...} (the consumer protocol's shape)
+function _M.by_topic(list)
+  local out, at = {}, {}
+  for _, tp in ipairs(sorted(list)) do
+    local t = at[tp.topic]
+    if not t then
+      t = { topic = tp.topic, partitions = {} }
+      at[tp.topic] = t
+      out[#out + 1] = t
+    end
+    t.partitions[#t.partitions + 1] = tp.partition
+  end
+  return out
+end
+
+-- flatten({{topic=, partitions={...}}...}) -> {{topic=, partition=}...}
+function _M.flatten(list)
+  local out = {}
+  for _, t in ipairs(list or {}) do
+    for _, p in ipairs(t.partitions or {}) do out[#out + 1] = { topic = t.topic, partition = p } end
+  end
+  table.sort(out, tp_less)
+  return out
+end
+
+-- A member id for protocols where the client makes it (ConsumerGroupHeartbeat
+-- v1, KIP-1082): 16 bytes printed as Kafka's Uuid prints them (URL-safe
+-- base64, no padding).
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+local uuid_n = 0
+function _M.uuid()
+  uuid_n = uuid_n + 1
+  local seed = tostring(os.time()) .. tostring(os.clock()) .. tostring({}) .. uuid_n
+  local bytes = {}
+  for i = 1, 4 do
+    local h = proto.crc32(seed .. i .. table.concat(bytes, ","))
+    for _ = 1, 4 do
+      bytes[#bytes + 1] = h % 256
+      h = math.floor(h / 256)
+    end
+  end
+  local out, bits, nbits = {}, 0, 0
+  for _, b in ipairs(bytes) do
+    bits, nbits = bits * 256 + b, nbits + 8
+    while nbits >= 6 do
+      nbits = nbits - 6
+      local v = math.floor(bits / 2 ^ nbits)
+      bits = bits - v * 2 ^ nbits
+      out[#out + 1] = B64:sub(v + 1, v + 1)
+    end
+  end
+  if nbits > 0 then
+    local v = bits * 2 ^ (6 - nbits)
+    out[#out + 1] = B64:sub(v + 1, v + 1)
+  end
+  return table.concat(out)
+end
+
+local Member = {}
+_M.Member = Member
+
+-- new(consumer, cfg, impl) -> a member speaking impl (classic or consumer_protocol)
+function _M.new(consumer, cfg, impl)
+  local m = setmetatable({
+    consumer = consumer,
+    client = consumer.client,
+    offsets = consumer.offsets,
+    group_id = consumer.group_id,
+    instance_id = cfg.group_instance_id,
+    cfg = cfg,
+    impl = impl,
+    protocol = impl.NAME,
+    state = "unjoined",
+    pool = {},              -- node id -> the member's own coordinator connection
+    owned = {},             -- key -> {topic=, partition=}
+    sub = nil,              -- {topics = {...}} | {pattern = "lua pattern"} | {regex = "server-side regex"}
+    topics = {},            -- the subscribed topic names now (a pattern resolved)
+    last_poll = nil,
+    retry_at = 0,           -- no join before this time (a backoff after an error)
+    attempts = 0,           -- failed joins in a row (for the backoff)
+    error = nil,            -- {msg, code, kcode} of a fatal state
+    rebalances = 0,         -- assignments received (a test can see a rebalance happened)
+    transitions = {},       -- the last states (newest last), for diagnostics
+  }, { __index = function(_, k)
+    local f = impl[k]
+    if f ~= nil then return f end
+    return Member[k]
+  end })
+  impl.init(m)
+  return m
+end
+
+function Member:set_state(s)
+  if self.state == s then return end
+  self.state = s
+  local tr = self.transitions
+  tr[#tr + 1] = s
+  if #tr > 32 then table.remove(tr, 1) end
+end
+
+-- owned_list() -> the partitions the member owns, sorted
+function Member:owned_list()
+  local t = {}
+  for _, tp in pairs(self.owned) do t[#t + 1] = tp end
+  return sorted(t)
+end
+
+function Member:owns(topic, partition) return self.owned[key(topic, partition)] ~= nil end
+
+function Member:backoff()
+  self.attempts = self.attempts + 1
+  self.retry_at = self.client.now() + self.client:backoff(self.attempts)
+end
+
+-- Runs a user callback; its error is kept (reported by the next poll) and
+-- never breaks the member.
+function Member:callback(name, list)
+  local fn = self.cfg[name]
+  if not fn or #list == 0 then return end
+  local c = self.consumer
+  local was = c.in_callback
+  c.in_callback = true
+  local ok, err = xpcall(function() return fn(c, list) end, traceback)
+  c.in_callback = was
+  if not ok then
+    local ce = self.consumer.callback_errors
+    ce[#ce + 1] = ("%s: %s"):format(name, tostring(err))
+  end
+end
+
+-- assigned(list): the member owns these from now on: their committed
+-- offsets (else auto_offset_reset) become the positions, then on_assign.
+function Member:assigned(list)
+  list = sorted(list)
+  local fresh = {}
+  for _, tp in ipairs(list) do
+    if not self.owned[key(tp.topic, tp.partition)] then fresh[#fresh + 1] = tp end
+  end
+  if #fresh == 0 then return end
+  for _, tp in ipairs(fresh) do self.owned[key(tp.topic, tp.partition)] = tp end
+  self.rebalances = self.rebalances + 1
+  self.consumer:_group_add(fresh)
+  self:callback("on_assign", fresh)
+end
+
+-- revoked(list): given up in a rebalance: auto commit of their positions,
+-- on_revoke (still owned there, so a commit in it goes through), then
+-- they are not fetched any more.
+function Member:revoked(list)
+  list = sorted(list)
+  local gone = {}
+  for _, tp in ipairs(list) do
+    if self.owned[key(tp.topic, tp.partition)] then gone[#gone + 1] = tp end
+  end
+  if #gone == 0 then return end
+  self.consumer:_group_auto_commit(gone)
+  self:callback("on_revoke", gone)
+  for _, tp in ipairs(gone) do self.owned[key(tp.topic, tp.partition)] = nil end
+  self.consumer:_group_remove(gone)
+end
+
+-- lost(list): taken away without a revocation (the session or poll
+-- interval expired, the member was fenced): no commit, on_lost.
+function Member:lost(list)
+  list = sorted(list or self:owned_list())
+  if #list == 0 then return end
+  self:callback("on_lost", list)
+  for _, tp in ipairs(list) do self.owned[key(tp.topic, tp.partition)] = nil end
+  self.consumer:_group_remove(list)
+end
+
+-- resolve_topics(deadline) -> names | nil, err, code: the subscription's
+-- topic names now (a Lua pattern matched against every topic's name)
+function Member:resolve_topics(deadline)
+  local sub = self.sub
+  if sub.topics then return sub.topics end
+  local resp, err, code = self.client:load_metadata({}, deadline)
+  if not resp then return nil, err, code end
+  local names = {}
+  for _, t in ipairs(resp.topics or {}) do
+    if t.name and not t.is_internal and t.error_code == errors.NONE and string.find(t.name, sub.pattern) then
+      names[#names + 1] = t.name
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+-- counts(names, deadline) -> {[topic] = partitions} for the topics that
+-- exist (fresh metadata, never auto-created) | nil, err, code
+function Member:counts(names, deadline)
+  local counts = {}
+  if #names == 0 then return counts end
+  local resp, err, code = self.client:load_metadata({ topics = names }, deadline)
+  if not resp then return nil, err, code end
+  for _, t in ipairs(resp.topics or {}) do
+    if t.name and t.error_code == errors.NONE and #(t.partitions or {}) > 0 then
+      counts[t.name] = #t.partitions
+    end
+  end
+  return counts
+end
+
+-- poll_begin(): a poll started. A gap longer than max_poll_interval_ms
+-- means the member was out of the group meanwhile (as Java's background
+-- thread would have left it): leave, report the partitions lost, rejoin.
+function Member:poll_begin()
+  local t = self.client.now()
+  local last = self.last_poll
+  self.last_poll = t
+  if last and t - last > self.cfg.max_poll_interval_ms and self.state ~= "unjoined" and self.state ~= "fenced"
+      and self.state ~= "failed" and self.state ~= "closed" then
+    self:leave("the poll interval was exceeded", t + self.client.default_api_timeout_ms)
+    self:lost()
+    self:rejoin_fresh()
+  end
+end
+
+-- fatal(msg, code, kcode, state): the member stops; poll reports it
+function Member:fatal(msg, code, kcode, state)
+  self.error = { msg = msg, code = code, kcode = kcode }
+  self:set_state(state or "failed")
+end
+
+-- drop_request(): forget the group request in flight (its connection is
+-- closed: a JoinGroup held open by the broker is not waited for)
+function Member:drop_request(reason)
+  if self.req then
+    self.req.conn:close(reason or "group request dropped")
+    self.req = nil
+  end
+end
+
+-- send(api, body, extra_ms) -> true | nil, err, code: a group request
+-- over the member's connection, answered by a later step()
+function Member:send(api, body, extra_ms, what)
+  local client = self.client
+  local deadline = client.now() + (client.opts.request_timeout_ms or 30000)
+  local c, err, code, kcode = self.offsets:coordinator(deadline, self.pool)
+  if not c then return nil, err, code, kcode end
+  local v
+  v, err, code = c:version(api)
+  if not v then return nil, err, code end
+  local corr
+  corr, err, code = c:send(api, v, body, { timeout_ms = extra_ms, deadline = deadline })
+  if not corr then
+    self.offsets:invalidate()
+    return nil, err, code
+  end
+  self.req = { conn = c, corr = corr, api = api, what = what, version = v, sent = client.now() }
+  return true
+end
+
+-- await(until_t) -> response | nil, err, code ("timeout" while it is in flight)
+function Member:await(until_t)
+  local r = self.req
+  local resp, err, code = r.conn:receive(r.corr, until_t)
+  if not resp and code == "timeout" and r.conn:waiting(r.corr) then return nil, err, "timeout" end
+  self.req = nil
+  if not resp then self.offsets:invalidate() end
+  return resp, err, code
+end
+
+-- request_sync(api, body, deadline) -> response | nil, err, code: a group
+-- request answered at once (LeaveGroup, the leave heartbeat)
+function Member:request_sync(api, body, deadline)
+  local c, err, code = self.offsets:coordinator(deadline, self.pool)
+  if not c then return nil, err, code end
+  return c:request(api, body, { deadline = deadline })
+end
+
+function Member:close_conns()
+  for _, c in pairs(self.pool) do c:close("group member closed") end
+  self.pool = {}
+end
+
+-- the error a poll reports in a fatal state
+function Member:failure()
+  if self.state == "fenced" or self.state == "failed" then
+    local e = self.error or {}
+    return e.msg or ("group member " .. self.state), e.code or "group", e.kcode
+  end
+end
+
+return _M

@@ -1,0 +1,194 @@
+-- kafka.offsets: a consumer's committed offsets and its group coordinator.
+-- The coordinator is found once (FindCoordinator) and cached; the cache is
+-- dropped on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
+-- COORDINATOR_LOAD_IN_PROGRESS (and when the coordinator cannot be
+-- reached), and the next request looks it up again. commit() carries the
+-- group identity the caller gives (generation and member id on the classic
+-- protocol, the member epoch on the consumer protocol; -1 and "" for a
+-- consumer without a group membership).
+local proto = require "kafka.proto"
+
+local errors = proto.errors
+local API = proto.api
+local setmetatable, ipairs = setmetatable, ipairs
+
+local _M = {}
+local mt = { __index = _M }
+
+-- Answers that send us to look the coordinator up again.
+local COORDINATOR_MOVED = {
+  [errors.NOT_COORDINATOR] = true,
+  [errors.COORDINATOR_NOT_AVAILABLE] = true,
+  [errors.COORDINATOR_LOAD_IN_PROGRESS] = true,
+}
+_M.COORDINATOR_MOVED = COORDINATOR_MOVED
+
+-- Commit answers that mean the member's view of the group is out of date.
+local REBALANCE = {
+  [errors.ILLEGAL_GENERATION] = "rebalance",
+  [errors.UNKNOWN_MEMBER_ID] = "rebalance",
+  [errors.REBALANCE_IN_PROGRESS] = "rebalance",
+  [errors.FENCED_MEMBER_EPOCH] = "rebalance",
+  [errors.STALE_MEMBER_EPOCH] = "rebalance",
+  [errors.FENCED_INSTANCE_ID] = "fenced",
+}
+_M.REBALANCE = REBALANCE
+
+function _M.new(client, group_id)
+  return setmetatable({ client = client, group_id = group_id, node = nil, lookups = 0 }, mt)
+end
+
+-- One FindCoordinator attempt -> node id | nil, err, code, kcode, retriable
+function _M:_find(deadline)
+  local client = self.client
+  local c, err, code = client:any_broker(deadline)
+  if not c then return nil, err, code end
+  local v
+  v, err, code = c:version(API.FindCoordinator)
+  if not v then return nil, err, code end
+  local resp
+  resp, err, code = c:request(API.FindCoordinator, { key = self.group_id, key_type = 0 },
+    { version = v, deadline = deadline })
+  if not resp then return nil, err, code end
+  self.lookups = self.lookups + 1
+  if resp.error_code ~= errors.NONE then
+    local e = errors.info(resp.error_code)
+    return nil, ("FindCoordinator %s: %s"):format(self.group_id, e.name), e.retriable and "retriable" or "kafka",
+      e.code, e.retriable
+  end
+  local b = client.brokers[resp.node_id]
+  if not b or b.host ~= resp.host or b.port ~= resp.port then
+    client.brokers[resp.node_id] = { host = resp.host, port = resp.port }
+  end
+  return resp.node_id
+end
+
+-- coordinator(deadline [, pool]) -> the coordinator's connection (from
+-- pool: see client:broker) | nil, err, code, kcode, retriable. One attempt:
+-- callers retry through client:call.
+function _M:coordinator(deadline, pool)
+  if not self.node then
+    local node, err, code, kcode, retriable = self:_find(deadline)
+    if not node then return nil, err, code, kcode, retriable end
+    self.node = node
+  end
+  local c, err, code = self.client:broker(self.node, deadline, pool)
+  if not c then
+    if code ~= "backoff" then self.node = nil end
+    return nil, err, code
+  end
+  return c
+end
+
+-- invalidate(): the next request looks the coordinator up again
+function _M:invalidate() self.node = nil end
+
+-- answer(kafka_code): drops the cached coordinator when the code says it moved; true when it did
+function _M:answer(code)
+  if COORDINATOR_MOVED[code] then
+    self.node = nil
+    return true
+  end
+  return false
+end
+
+-- request(api, body, check_resp) -> check_resp's result: a request to the
+-- coordinator through the client's retry service (found again while the
+-- answer says it moved). check_resp(resp) returns the result or nil, err,
+-- code, kafka_code, retriable.
+function _M:request(api, body, check_resp)
+  local client = self.client
+  return client:call(function(deadline)
+    local c, err, code, kcode, retriable = self:coordinator(deadline)
+    if not c then return nil, err, code, kcode, retriable end
+    local resp
+    resp, err, code = c:request(api, body, { deadline = deadline })
+    if not resp then
+      self.node = nil
+      return nil, err, code
+    end
+    return check_resp(resp)
+  end)
+end
+
+local function kafka_error(self, what, code)
+  local e = errors.info(code)
+  local moved = self:answer(code)
+  local lua_code = REBALANCE[code] or "kafka"
+  return nil, what .. ": " .. e.name, lua_code, e.code, e.retriable or moved
+end
+
+-- Groups items by their topic: an array of {name = topic, [field] = {...}}
+-- whose lists hold make(item), in first-seen order (the shape of the
+-- OffsetCommit and OffsetFetch requests).
+local function by_topic(items, field, make)
+  local topics, list = {}, {}
+  for _, it in ipairs(items) do
+    local t = topics[it.topic]
+    if not t then
+      t = { name = it.topic, [field] = {} }
+      topics[it.topic] = t
+      list[#list + 1] = t
+    end
+    local l = t[field]
+    l[#l + 1] = make(it)
+  end
+  return list
+end
+
+-- commit(offsets [, identity]) -> true | nil, err, code, kafka_code.
+-- offsets: {{topic=, partition=, offset=, metadata=}}; identity:
+-- {generation=, member_id=, instance_id=} (generation is the member epoch
+-- on the consumer protocol). Codes: "rebalance" (the group moved on: the
+-- generation or epoch is old, or a rebalance is in progress), "fenced"
+-- (another member has this group_instance_id), "kafka".
+function _M:commit(offsets, identity)
+  local list = by_topic(offsets, "partitions", function(o)
+    return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
+             commit_timestamp = -1, committed_metadata = o.metadata or "" }
+  end)
+  local body = { group_id = self.group_id, generation_id_or_member_epoch = identity and identity.generation or -1,
+    member_id = identity and identity.member_id or "", group_instance_id = identity and identity.instance_id,
+    retention_time_ms = -1, topics = list }
+  return self:request(API.OffsetCommit, body, function(resp)
+    for _, tr in ipairs(resp.topics or {}) do
+      for _, pr in ipairs(tr.partitions or {}) do
+        if pr.error_code ~= errors.NONE then
+          return kafka_error(self, ("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
+        end
+      end
+    end
+    return true
+  end)
+end
+
+local function pkey(topic, partition) return topic .. "\0" .. partition end
+
+-- committed(partitions) -> {{topic=, partition=, offset=, metadata=}} (offset
+-- -1 when none is committed) | nil, err, code
+function _M:committed(partitions)
+  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
+  return self:request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
+    if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error(self, "committed", resp.error_code) end
+    local found = {}
+    for _, tr in ipairs(resp.topics or {}) do
+      for _, pr in ipairs(tr.partitions or {}) do
+        if pr.error_code ~= errors.NONE then
+          local _, err, code, kcode, retriable = kafka_error(self, ("committed %s/%d"):format(tr.name,
+            pr.partition_index), pr.error_code)
+          return nil, err, code, kcode, retriable or pr.error_code == errors.UNSTABLE_OFFSET_COMMIT
+        end
+        found[pkey(tr.name, pr.partition_index)] = pr
+      end
+    end
+    local result_list = {}
+    for i, p in ipairs(partitions) do
+      local pr = found[pkey(p.topic, p.partition)]
+      result_list[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
+                         metadata = pr and pr.metadata }
+    end
+    return result_list
+  end)
+end
+
+return _M

@@ -1,0 +1,460 @@
+-- Consumer groups against real Kafka brokers (issue 13): lua-kafka members
+-- driven round-robin in one process (each poll with a small timeout) while
+-- a producer writes. What is checked, exactly, from the rebalance
+-- callbacks' log and the messages each member got:
+--   * every message produced is consumed;
+--   * a partition has one owner at a time (assign/revoke/lost in order);
+--   * duplicates are exactly the messages a crashed member had consumed
+--     past its last commit (none from clean leaves and rebalances);
+--   * a static member restarts without a rebalance (the others' callbacks
+--     stay silent, the generation/epoch does not move);
+--   * Java KafkaConsumers (classic range, classic cooperative-sticky,
+--     consumer protocol) and lua-kafka members split one group's
+--     partitions and consume every message once;
+--   * subscribing to a topic created later, and partitions added to it.
+-- Classic protocol on every version, KIP-848's consumer protocol on 4.x.
+local rk = require "support.realkafka"
+local rt = require "support.realtools"
+local kafka = require "kafka"
+local socket = require "socket"
+
+local PARTS = 12
+
+local function now() return socket.gettime() end
+
+-- A group under test: members by name, the callbacks' log, what was consumed.
+local function new_world(client, topic, gid, base_opts)
+  local w = { client = client, topic = topic, gid = gid, members = {}, order = {}, log = {}, got = {},
+              count = 0, by = {}, crashes = {}, first_msg = {}, joined_at = {} }
+  local function logger(name, kind)
+    return function(_, ps)
+      for _, tp in ipairs(ps) do w.log[#w.log + 1] = { member = name, kind = kind, p = tp.partition } end
+    end
+  end
+  function w.add(name, extra)
+    local o = {}
+    for k, v in pairs(base_opts) do o[k] = v end
+    for k, v in pairs(extra or {}) do o[k] = v end
+    o.group_id = gid
+    o.on_assign, o.on_revoke, o.on_lost = logger(name, "assign"), logger(name, "revoke"), logger(name, "lost")
+    local c = kafka.consumer.new(client, o)
+    assert(c:subscribe(o.subscription or { topic }))
+    w.members[name] = c
+    w.order[#w.order + 1] = name
+    w.joined_at[name] = now()
+    return c
+  end
+  function w.remove(name)
+    w.members[name] = nil
+    for i, n in ipairs(w.order) do
+      if n == name then table.remove(w.order, i) break end
+    end
+  end
+  function w.leave(name)
+    w.members[name]:close()
+    w.log[#w.log + 1] = { member = name, kind = "closed" }
+    w.remove(name)
+  end
+  -- a crash: no commit, no LeaveGroup; the member's sockets closed
+  function w.crash(name)
+    local c = w.members[name]
+    local owned = c:assignment()
+    local committed = assert(c.offsets:committed(owned))
+    local crash = {}
+    for i, st in ipairs(owned) do crash[st.partition] = { from = math.max(committed[i].offset, 0), to = st.offset } end
+    w.crashes[#w.crashes + 1] = crash
+    c.fetcher:close()
+    c.group:close_conns()
+    w.log[#w.log + 1] = { member = name, kind = "crash" }
+    w.remove(name)
+  end
+  function w.poll_all(ms)
+    for _, name in ipairs(w.order) do
+      local c = w.members[name]
+      local msgs, err, code = c:poll(ms)
+      if not msgs and code ~= "timeout" then error(name .. ": poll: " .. tostring(err) .. " " .. tostring(code)) end
+      for _, m in ipairs(msgs or {}) do
+        local k = m.partition .. ":" .. m.offset
+        w.got[k] = (w.got[k] or 0) + 1
+        w.count = w.count + 1
+        if not w.first_msg[name] then w.first_msg[name] = now() end
+      end
+      if msgs and msgs.callback_errors then error(name .. ": " .. msgs.callback_errors[1]) end
+    end
+  end
+  -- drive(secs, until_fn): polls every member in turn (and feeds the producer)
+  function w.drive(secs, until_fn)
+    local stop = now() + secs
+    repeat
+      if w.feed then w.feed() end
+      w.poll_all(10)
+      if until_fn and until_fn() then return true end
+    until now() >= stop
+    return until_fn == nil
+  end
+  -- owners() -> {[partition] = member} from the log (asserting one owner at a time)
+  function w.owners()
+    local owner = {}
+    for i, e in ipairs(w.log) do
+      if e.kind == "assign" then
+        assert(owner[e.p] == nil, ("log %d: %s assigned p%d still owned by %s"):format(i, e.member, e.p,
+          tostring(owner[e.p])))
+        owner[e.p] = e.member
+      elseif e.kind == "revoke" or e.kind == "lost" then
+        assert(owner[e.p] == e.member, ("log %d: %s gave up p%d owned by %s"):format(i, e.member, e.p,
+          tostring(owner[e.p])))
+        owner[e.p] = nil
+      elseif e.kind == "crash" or e.kind == "closed" then
+        for p, m in pairs(owner) do
+          if m == e.member then owner[p] = nil end
+        end
+      end
+    end
+    return owner
+  end
+  function w.balanced(n)
+    if #w.order ~= n then return false end
+    local total = 0
+    for _, name in ipairs(w.order) do
+      local c = w.members[name]
+      local s = c:group_state()
+      if s.state ~= "stable" then return false end
+      local a = #c:assignment()
+      if a < math.floor(PARTS / n) or a > math.ceil(PARTS / n) then return false end
+      total = total + a
+    end
+    return total == PARTS
+  end
+  return w
+end
+
+-- a producer writing `total` messages at `rate` per second (nil: as fast
+-- as rounds go) while the group runs, so every rebalance happens while
+-- messages arrive
+local function feeder(client, topic, total, per_round, rate)
+  local p = kafka.producer.new(client, { linger_ms = 0 })
+  local f = { sent = 0, produced = {}, total = total }
+  local t0
+  function f.feed()
+    if f.sent >= total then return end
+    t0 = t0 or now()
+    local n = math.min(per_round, total - f.sent)
+    if rate then n = math.min(n, math.floor((now() - t0) * rate) - f.sent) end
+    if n <= 0 then return end
+    for i = 1, n do assert(p:send(topic, "v" .. (f.sent + i), { key = tostring(f.sent + i) })) end
+    f.sent = f.sent + n
+    local reports, failed = p:flush()
+    assert(failed == 0, "produce failed")
+    for _, r in ipairs(reports) do f.produced[r.partition .. ":" .. r.offset] = true end
+  end
+  return f
+end
+
+local function expect_exact(w, produced)
+  local missing, dups = {}, {}
+  for k in pairs(produced) do
+    if not w.got[k] then missing[#missing + 1] = k end
+  end
+  for k, n in pairs(w.got) do
+    assert(produced[k], "consumed a message never produced: " .. k)
+    if n > 1 then dups[#dups + 1] = k end
+  end
+  table.sort(missing)
+  table.sort(dups)
+  local want = {}
+  for _, crash in ipairs(w.crashes) do
+    for p, r in pairs(crash) do
+      for o = r.from, r.to - 1 do want[#want + 1] = p .. ":" .. o end
+    end
+  end
+  table.sort(want)
+  assert.are.same({}, missing)
+  assert.are.same(want, dups)
+end
+
+local OPTS = { auto_offset_reset = "earliest", session_timeout_ms = 6000, heartbeat_interval_ms = 300,
+               fetch_max_wait_ms = 20, auto_commit_interval_ms = 500, max_poll_records = 500 }
+
+local function scenario(version, protocol, strategy)
+  return function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000 }
+    local topic = rt.uniq("grp-" .. protocol)
+    rt.create_topic(client, topic, PARTS, 1)
+    local o = { group_protocol = protocol, partition_assignment_strategy = strategy }
+    for kk, v in pairs(OPTS) do o[kk] = v end
+    local w = new_world(client, topic, rt.uniq("g"), o)
+    local f = feeder(client, topic, 30000, 300, 1500)
+    w.feed = f.feed
+    w.add("a")
+    assert(w.drive(30, function() return w.balanced(1) end), "a alone")
+    w.add("b")
+    w.add("c")
+    assert(w.drive(30, function() return w.balanced(3) end), "a, b, c")
+    w.drive(1)
+    w.leave("b")                      -- clean leave: commit, revoke, LeaveGroup
+    assert(w.drive(30, function() return w.balanced(2) end), "b left")
+    w.add("d")
+    assert(w.drive(30, function() return w.balanced(3) end), "d joined")
+    w.drive(1)
+    w.crash("c")                      -- no LeaveGroup: its session times out
+    assert(w.drive(40, function() return w.balanced(2) end), "c crashed")
+    assert(w.drive(40, function() return f.sent == f.total and w.count >= f.total and next(w.got) ~= nil
+      and (function()
+        for key in pairs(f.produced) do if not w.got[key] then return false end end
+        return true
+      end)() end), "everything consumed")
+    -- rebalance latency: from d's subscribe to its first message (printed, never asserted)
+    for _, name in ipairs { "a", "d" } do
+      if w.first_msg[name] then
+        io.stderr:write(("\n[group latency] Kafka %s %s%s: %s, subscribe to first message %.0f ms\n"):format(version,
+          protocol, strategy and ("/" .. strategy) or "", name == "a" and "first member" or "4th member joining 2",
+          (w.first_msg[name] - w.joined_at[name]) * 1000))
+      end
+    end
+    local owners = w.owners()
+    local n = 0
+    for _ in pairs(owners) do n = n + 1 end
+    assert.equal(PARTS, n)
+    expect_exact(w, f.produced)
+    for _, name in ipairs(w.order) do w.members[name]:close() end
+    client:close()
+  end
+end
+
+-- A static member restarts without a rebalance.
+local function static_restart(version, protocol)
+  return function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000 }
+    local topic = rt.uniq("grp-static")
+    rt.create_topic(client, topic, PARTS, 1)
+    local o = { group_protocol = protocol }
+    for kk, v in pairs(OPTS) do o[kk] = v end
+    o.session_timeout_ms = 20000
+    local w = new_world(client, topic, rt.uniq("g"), o)
+    local f = feeder(client, topic, 6000, 200, 1000)
+    w.feed = f.feed
+    w.add("a", { group_instance_id = "static-a" })
+    w.add("b", { group_instance_id = "static-b" })
+    assert(w.drive(30, function() return w.balanced(2) end), "a, b")
+    local before = w.members.b:assignment()
+    local gen = w.members.a:group_state().generation
+    w.leave("b")
+    local mark = #w.log
+    w.add("b2", { group_instance_id = "static-b" })
+    assert(w.drive(20, function() return w.balanced(2) end), "b back")
+    assert(w.drive(30, function()
+      for key in pairs(f.produced) do if not w.got[key] then return false end end
+      return f.sent == f.total
+    end), "everything consumed")
+    -- the other member saw nothing; b2 got b's partitions back
+    for i = mark + 1, #w.log do assert.are_not.equal("a", w.log[i].member) end
+    local after = w.members.b2:assignment()
+    local pb, pa = {}, {}
+    for i, x in ipairs(before) do pb[i] = x.partition end
+    for i, x in ipairs(after) do pa[i] = x.partition end
+    table.sort(pb)
+    table.sort(pa)
+    assert.are.same(pb, pa)
+    assert.equal(gen, w.members.a:group_state().generation)
+    w.owners()
+    expect_exact(w, f.produced)
+    for _, name in ipairs(w.order) do w.members[name]:close() end
+    client:close()
+  end
+end
+
+-- Java members beside lua-kafka members in one group.
+local function mixed(version, java_protocol, lua_protocol, strategy)
+  return function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000 }
+    local topic = rt.uniq("grp-mixed")
+    rt.create_topic(client, topic, PARTS, 1)
+    local gid = rt.uniq("g")
+    local o = { group_protocol = lua_protocol, partition_assignment_strategy = strategy }
+    for kk, v in pairs(OPTS) do o[kk] = v end
+    local w = new_world(client, topic, gid, o)
+    local f = feeder(client, topic, 20000, 200, 2000)
+    local jv = rk.java_bg({ "group", topic, gid, java_protocol, 90, "%STOP%" }, { bootstrap = k.bootstrap.PLAINTEXT })
+    local ok, err = pcall(function()
+      -- the Java member first, then two lua-kafka members
+      local deadline = now() + 60
+      local function java_has(prefix)
+        for _, l in ipairs(jv.lines()) do if l:sub(1, #prefix) == prefix then return true end end
+      end
+      while not java_has("ASSIGNED") and now() < deadline do socket.sleep(0.1) end
+      assert(java_has("ASSIGNED"), "the Java member joined")
+      w.add("a")
+      w.add("b")
+      w.feed = f.feed
+      local function java_got()
+        local n, owned = 0, {}
+        for _, l in ipairs(jv.lines()) do
+          if l:match("^REC ") then n = n + 1 end
+          local a = l:match("^ASSIGNED (.*)$")
+          if a then for x in a:gmatch("%d+") do owned[tonumber(x)] = true end end
+          local r = l:match("^REVOKED (.*)$") or l:match("^LOST (.*)$")
+          if r then for x in r:gmatch("%d+") do owned[tonumber(x)] = nil end end
+        end
+        local c = 0
+        for _ in pairs(owned) do c = c + 1 end
+        return n, c
+      end
+      assert(w.drive(60, function()
+        local _, jc = java_got()
+        local lc = #w.members.a:assignment() + #w.members.b:assignment()
+        return jc == 4 and lc == 8 and w.members.a:group_state().state == "stable"
+          and w.members.b:group_state().state == "stable"
+      end), "three members split the partitions")
+      assert(w.drive(60, function()
+        local jn = java_got()
+        return f.sent == f.total and w.count + jn >= f.total
+      end), "everything consumed")
+      w.drive(1)
+      for _, name in ipairs(w.order) do w.members[name]:close() end
+      jv.stop()
+      local lines = jv.wait(30)
+      for _, l in ipairs(lines) do
+        local ms = l:match("^FIRST (%d+)$")
+        if ms then
+          io.stderr:write(("\n[group latency] Kafka %s Java %s: first member, subscribe to first message %s ms\n")
+            :format(version, java_protocol, ms))
+        end
+        local p, off = l:match("^REC (%d+) (%d+)$")
+        if p then
+          local key = p .. ":" .. off
+          w.got[key] = (w.got[key] or 0) + 1
+        end
+      end
+      expect_exact(w, f.produced)
+    end)
+    if not ok then jv.kill() end
+    client:close()
+    if not ok then error(err, 0) end
+  end
+end
+
+-- A subscription to a topic that does not exist yet; partitions added later.
+local function later_topic(version, protocol)
+  return function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 500 }
+    local topic = rt.uniq("grp-later")
+    local o = { group_protocol = protocol }
+    for kk, v in pairs(OPTS) do o[kk] = v end
+    local w = new_world(client, topic, rt.uniq("g"), o)
+    w.add("a")
+    w.add("b")
+    w.drive(2)
+    assert.equal(0, #w.members.a:assignment() + #w.members.b:assignment())
+    rt.create_topic(client, topic, 4, 1)
+    assert(w.drive(30, function()
+      return #w.members.a:assignment() + #w.members.b:assignment() == 4
+    end), "the new topic's 4 partitions assigned")
+    local c = assert(client:any_broker())
+    local resp = assert(c:request(kafka.proto.api.CreatePartitions, { topics = { { name = topic, count = 8 } },
+      timeout_ms = 30000, validate_only = false }))
+    assert.equal(0, resp.results[1].error_code)
+    assert(w.drive(40, function()
+      return #w.members.a:assignment() == 4 and #w.members.b:assignment() == 4
+    end), "8 partitions after CreatePartitions")
+    local f = feeder(client, topic, 800, 800)
+    f.feed()
+    assert(w.drive(30, function()
+      for key in pairs(f.produced) do if not w.got[key] then return false end end
+      return true
+    end), "everything consumed")
+    w.owners()
+    expect_exact(w, f.produced)
+    for _, name in ipairs(w.order) do w.members[name]:close() end
+    client:close()
+  end
+end
+
+-- The poll interval exceeded: the member leaves, the next poll reports the
+-- partitions lost and rejoins; a raising callback is contained.
+local function poll_interval(version, protocol)
+  return function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000 }
+    local topic = rt.uniq("grp-interval")
+    rt.create_topic(client, topic, 4, 1)
+    local o = { group_protocol = protocol, max_poll_interval_ms = 1500, rebalance_timeout_ms = 10000 }
+    for kk, v in pairs(OPTS) do o[kk] = v end
+    local w = new_world(client, topic, rt.uniq("g"), o)
+    local raised = 0
+    local c = w.add("a")
+    local assign = c.group_cfg.on_assign
+    c.group_cfg.on_assign = function(cc, ps)
+      assign(cc, ps)
+      raised = raised + 1
+      error("on_assign raised")
+    end
+    local errs = {}
+    local function poll_a()
+      -- (a 10 ms poll on a loaded machine may end before a new fetch
+      -- connection is ready: code "timeout", as in poll_all)
+      local msgs, err, code, _, list = c:poll(10)
+      if not msgs then
+        assert(code == "timeout", tostring(err))
+        for _, e in ipairs(list or {}) do
+          if e.code == "callback" then errs[#errs + 1] = e.err end
+        end
+        return
+      end
+      for _, e in ipairs(msgs.callback_errors or {}) do errs[#errs + 1] = e end
+    end
+    local stop = now() + 20
+    -- (the callback may run inside assignment()'s turn of the group: its
+    -- error is reported by the next poll)
+    while (#c:assignment() < 4 or #errs == 0) and now() < stop do poll_a() end
+    assert.equal(4, #c:assignment())
+    assert.equal(1, #errs)
+    assert.matches("on_assign: .*on_assign raised", errs[1])
+    socket.sleep(2)                                 -- past max_poll_interval_ms
+    poll_a()
+    local lost = {}
+    for _, e in ipairs(w.log) do if e.kind == "lost" then lost[#lost + 1] = e.p end end
+    table.sort(lost)
+    assert.are.same({ 0, 1, 2, 3 }, lost)
+    stop = now() + 20
+    while #c:assignment() < 4 and now() < stop do poll_a() end
+    assert.equal(4, #c:assignment())
+    assert.equal(2, raised)
+    w.owners()
+    c:close()
+    client:close()
+  end
+end
+
+local versions = rk.versions()
+for vi, version in ipairs(versions) do
+  local major = tonumber(version:match("^(%d+)"))
+  local main = vi == 1
+  describe("consumer groups on Kafka " .. version, function()
+    it("classic (range): 3 members join, leave, crash while 30,000 messages are produced", scenario(version, "classic"))
+    if main then
+      it("classic (cooperative-sticky): the same", scenario(version, "classic", "cooperative-sticky"))
+      it("classic: a static member restarts without a rebalance", static_restart(version, "classic"))
+      it("classic: a topic created later, partitions added", later_topic(version, "classic"))
+      it("classic: the poll interval exceeded, on_lost, rejoin; a raising callback", poll_interval(version, "classic"))
+      it("classic range: a Java KafkaConsumer and two lua-kafka members", mixed(version, "classic:range", "classic"))
+      it("classic cooperative-sticky: a Java KafkaConsumer and two lua-kafka members",
+        mixed(version, "classic:cooperative-sticky", "classic", "cooperative-sticky"))
+    end
+    if major >= 4 then
+      it("consumer protocol: 3 members join, leave, crash while 30,000 messages are produced",
+        scenario(version, "consumer"))
+      if main then
+        it("consumer protocol: a static member restarts without a rebalance", static_restart(version, "consumer"))
+        it("consumer protocol: a topic created later, partitions added", later_topic(version, "consumer"))
+        it("consumer protocol: the poll interval exceeded, on_lost, rejoin; a raising callback",
+          poll_interval(version, "consumer"))
+        it("consumer protocol: a Java KafkaConsumer and two lua-kafka members",
+          mixed(version, "consumer:uniform", "consumer"))
+      end
+    end
+  end)
+end
