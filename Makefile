@@ -67,17 +67,22 @@ test: $(MOCKBROKER)
 	@$(WITH_BROKERS) $(MAKE) --no-print-directory test-all
 
 # The first Lua runs the real-broker specs against every Kafka version
-# (KAFKA_VERSIONS, default 4.1.2,4.0.2,3.9.1), the others against the main
-# one only (KAFKA_VERSIONS_OTHERS): the broker matrix tests the brokers, the
-# Lua matrix the Luas.
+# (KAFKA_VERSIONS, default 4.1.2,4.0.2,3.9.1) and the full matrices of the
+# peer specs; the others run every spec file against the main version only
+# (KAFKA_VERSIONS_OTHERS) with SPEC_TIER=lite (a representative part of the
+# group, security and Java matrices, 50,000-message soak, 20,000-message
+# bulks): the broker and peer matrices test the brokers and peers, the Lua
+# matrix the Luas.
 KAFKA_VERSIONS_OTHERS ?= 4.1.2
 test-all:
 	@failed=""; first=1; for l in $(LUAS); do \
 	  echo "== the whole suite on $$l"; \
 	  start=$$(date +%s); \
 	  if [ $$first = 1 ] || [ -n "$$KAFKA_VERSIONS" ]; then kv="$${KAFKA_VERSIONS:-}"; else kv="$(KAFKA_VERSIONS_OTHERS)"; fi; \
+	  if [ $$first = 1 ]; then tier=full; bulk="$${SPEC_BULK_N:-}"; else tier=lite; bulk="$${SPEC_BULK_N:-20000}"; fi; \
 	  first=0; \
-	  KAFKA_VERSIONS="$$kv" $(MAKE) --no-print-directory test-lua LUA=$$l || failed="$$failed $$l"; \
+	  KAFKA_VERSIONS="$$kv" SPEC_TIER=$$tier SPEC_BULK_N="$$bulk" $(MAKE) --no-print-directory test-lua LUA=$$l \
+	    || failed="$$failed $$l"; \
 	  echo "== $$l: $$(( $$(date +%s) - start )) s"; \
 	done; \
 	$(MAKE) --no-print-directory test-luajit || failed="$$failed luajit-smoke"; \

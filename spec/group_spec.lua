@@ -432,7 +432,7 @@ end
 local versions = rk.versions()
 for vi, version in ipairs(versions) do
   local major = tonumber(version:match("^(%d+)"))
-  local main = vi == 1
+  local main = vi == 1 and not require("support.helpers").lite()
   describe("consumer groups on Kafka " .. version, function()
     it("classic (range): 3 members join, leave, crash while 30,000 messages are produced", scenario(version, "classic"))
     if main then

@@ -13,7 +13,7 @@ local mock = require "support.mock"
 local H = require "support.helpers"
 local socket = require "socket"
 
-local N = tonumber(os.getenv("SOAK_N")) or 200000
+local N = tonumber(os.getenv("SOAK_N")) or (require("support.helpers").lite() and 50000 or 200000)
 local PARTS = 12
 local KEYS = 1000
 

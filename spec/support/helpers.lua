@@ -250,4 +250,9 @@ function _M.start_bad(modes)
   error("bad broker did not start")
 end
 
+-- lite() -> true on the Luas after the first in `make test` (SPEC_TIER=lite):
+-- specs whose subject is another implementation or a broker version run
+-- their full matrix once, on the first Lua, and a representative part here.
+function _M.lite() return os.getenv("SPEC_TIER") == "lite" end
+
 return _M
