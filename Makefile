@@ -38,7 +38,7 @@ SANITIZE_KAFKA ?= 4.1.2
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: mutants all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -107,6 +107,12 @@ asan:
 # The demo: a real Kafka broker it starts (or KAFKA_BROKERS, or KAFKA_DEMO=mock), 10,000 messages per codec there and back.
 demo: all $(MOCKBROKER)
 	$(TEST_ENV) $(LUA) examples/demo.lua
+
+# Mutation testing: the mutants of tools/mutants-list.lua, each against the specs
+# that must catch it (MUTANTS=name1,name2 for a subset). Slow: not part of test.
+mutants: all $(MOCKBROKER)
+	$(MAKE) --no-print-directory LUA=luajit all
+	$(WITH_BROKERS) lua5.4 tools/mutants.lua
 
 # Fuzzing (libFuzzer, clang): each harness runs FUZZ_SECONDS from fuzz/corpus/.
 FUZZ_SECONDS ?= 30
