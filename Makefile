@@ -121,7 +121,7 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_BINS := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_HARNESSES))
 
-build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(CORE_SRC) $(HEADERS)
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h fuzz/fuzz_roundtrip.h $(CORE_SRC) $(HEADERS)
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=gnu99 -o $@ $< $(CORE_SRC) $(LIBS)
 
