@@ -116,12 +116,21 @@ describe("client against the mock cluster", function()
     assert(c:assign { { topic = "commits", partition = 0 }, { topic = "commits", partition = 1 },
       { topic = "commits", partition = 2 } })
     local before = assert(c:committed())
-    for _, r in ipairs(before) do assert.are.equal(-1, r.offset) end
+    assert.are.equal(3, #before)
+    for i, r in ipairs(before) do
+      assert.are.equal("commits", r.topic)
+      assert.are.equal(i - 1, r.partition)
+      assert.are.equal(-1, r.offset)
+    end
     local got = 0
     while got < 30 do got = got + #assert(c:poll(200)) end
     assert(c:commit())
     local after = assert(c:committed())
-    for _, r in ipairs(after) do assert.are.equal(10, r.offset) end
+    assert.are.equal(3, #after)
+    for i, r in ipairs(after) do
+      assert.are.equal(i - 1, r.partition)
+      assert.are.equal(10, r.offset)
+    end
     -- the coordinator moving or loading is retried: found again, asked again
     m:cmd("err 8 16 2")
     m:cmd("err 9 14 1")
@@ -164,6 +173,7 @@ describe("client against the mock cluster", function()
     assert.are.equal(N, got)
   end)
 
+  local TRANSIENT = { network = true, retriable = true }
   it("a leader moved mid-stream and a broker down then up: nothing silently lost", function()
     m:cmd("topic moving 6")
     local p = kafka.producer.new(client, { max_retries = 8, retry_backoff_ms = 20 })
@@ -185,8 +195,15 @@ describe("client against the mock cluster", function()
     end
     local function drain()
       for _ = 1, 10 do
-        local msgs = c:poll(100)
-        if msgs then for _, msg in ipairs(msgs) do consumed[id_of(msg)] = true end end
+        local msgs, err, code = c:poll(100)
+        -- a poll error may only be a connection the mock closed as leaders
+        -- moved (retried by the next poll); anything else fails the spec
+        if not msgs then
+          assert(TRANSIENT[code], tostring(err) .. " (" .. tostring(code) .. ")")
+        else
+          for _, e in ipairs(msgs.errors or {}) do assert(TRANSIENT[e.code], tostring(e.err)) end
+          for _, msg in ipairs(msgs) do consumed[id_of(msg)] = true end
+        end
       end
     end
     produce(3000)
@@ -212,8 +229,9 @@ describe("client against the mock cluster", function()
       assert(consumed[id], "message " .. id .. " was acknowledged but never consumed")
     end
     for id in pairs(consumed) do assert(id >= 1 and id <= next_id) end
-    assert.are.equal(12000, n_acked + #failed_ids)
-    assert.is_true(n_acked >= 9000)
+    -- the leaders moved to live brokers and broker 1 came back: nothing fails
+    assert.are.same({}, failed_ids)
+    assert.are.equal(12000, n_acked)
   end)
 
   it("a broker that stays down: its messages are reported failed, the rest delivered", function()

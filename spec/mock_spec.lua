@@ -624,7 +624,12 @@ describe("kafka.mock in-process", function()
       local c = kafka.consumer.new(client, { group_id = "g-commit", auto_offset_reset = "earliest", fetch_max_wait_ms = 0 })
       assert(c:assign { { topic = "commits", partition = 0 }, { topic = "commits", partition = 1 },
         { topic = "commits", partition = 2 } })
-      for _, r in ipairs(assert(c:committed())) do assert.are.equal(-1, r.offset) end
+      local before = assert(c:committed())
+      assert.are.equal(3, #before)
+      for i, r in ipairs(before) do
+        assert.are.equal(i - 1, r.partition)
+        assert.are.equal(-1, r.offset)
+      end
       local got = 0
       for _ = 1, 20 do if got < 30 then got = got + #assert(c:poll(10)) end end
       assert.are.equal(30, got)
