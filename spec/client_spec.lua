@@ -374,7 +374,12 @@ describe("client against the mock cluster", function()
     assert.are.equal(5, #msgs)
     local strict = kafka.consumer.new(client, { auto_offset_reset = "error" })
     assert(strict:assign { { topic = "oor", partition = 0, offset = 1000 } })
-    local ok, err, code = strict:poll(200)
+    local ok, err, code
+    for _ = 1, 5 do -- a poll may end before the first answer: empty, never a message
+      ok, err, code = strict:poll(200)
+      if not ok then break end
+      assert.are.equal(0, #ok)
+    end
     assert.is_nil(ok)
     assert.are.equal("offset_out_of_range", code)
     assert.matches("out of range", err)

@@ -582,6 +582,95 @@ describe("kafka.mock in-process", function()
       assert.are.equal(0, #cluster:records("stuck", 2))
     end)
 
+    it("a full buffer flushes inside send: the broker has the first max_buffered messages before flush()", function()
+      local cluster = mock.new { brokers = 1, topics = { full = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { max_buffered = 10, linger_ms = 1e9 })
+      for i = 1, 10 do assert.are.equal(i, p:send("full", "v" .. i)) end
+      assert.are.equal(0, #cluster:records("full", 0)) -- nothing sent yet
+      assert.are.equal(11, p:send("full", "v11"))        -- full: flushes the 10, keeps the 11th
+      local recs = cluster:records("full", 0)
+      assert.are.equal(10, #recs)
+      assert.are.equal("v1", recs[1].value)
+      assert.are.equal("v10", recs[10].value)
+      for i = 12, 21 do assert.are.equal(i, p:send("full", "v" .. i)) end -- 21st: flushes 11-20
+      assert.are.equal(20, #cluster:records("full", 0))
+      local reports, failed = p:flush()
+      assert.are.equal(0, failed)
+      assert.are.equal(21, #reports)
+      for i, r in ipairs(reports) do
+        assert.are.equal(i, r.id)
+        assert.are.equal(i - 1, r.offset)
+      end
+    end)
+
+    it("a seek drops what earlier fetches left pending: every partition restarts exactly there", function()
+      local cluster = mock.new { brokers = 3, topics = { pend = 4 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      -- batches of 50 per partition: a fetch from 200 holds offsets 200-499 only
+      for i = 1, 2000 do
+        assert(p:send("pend", "v" .. i, { partition = i % 4 }))
+        if i % 200 == 0 then assert.are.equal(0, select(2, p:flush())) end
+      end
+      local c = kafka.consumer.new(client, { max_poll_records = 100, fetch_max_wait_ms = 0 })
+      local a = {}
+      for part = 0, 3 do a[#a + 1] = { topic = "pend", partition = part, offset = 200 } end
+      assert(c:assign(a))
+      local first = assert(c:poll(100)) -- one partition decoded, the others' fetches kept pending
+      assert.is_true(#first >= 100 and #first < 1200, "first poll " .. #first)
+      for part = 0, 3 do assert(c:seek("pend", part, 0)) end
+      local offs = { [0] = {}, {}, {}, {} }
+      local got = 0
+      for _ = 1, 40 do
+        if got >= 2000 then break end
+        for _, m in ipairs(assert(c:poll(100))) do
+          table.insert(offs[m.partition], m.offset)
+          got = got + 1
+        end
+      end
+      assert.are.equal(2000, got)
+      for part = 0, 3 do
+        assert.are.equal(500, #offs[part])
+        for j = 1, 500 do assert.are.equal(j - 1, offs[part][j]) end
+      end
+    end)
+
+    it("retriable fetch errors keep the position: no rewind, no skip", function()
+      local cluster = mock.new { brokers = 1, topics = { keep = 2 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      for i = 1, 120 do assert(p:send("keep", "v" .. i, { partition = i % 2 })) end
+      assert.are.equal(0, select(2, p:flush()))
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "keep", partition = 0, offset = 0 }, { topic = "keep", partition = 1, offset = 0 } })
+      local got = 0
+      for _ = 1, 20 do if got < 120 then got = got + #assert(c:poll(10)) end end
+      assert.are.equal(120, got)
+      assert.are.equal(60, c:position("keep", 0))
+      for i = 121, 160 do assert(p:send("keep", "v" .. i, { partition = i % 2 })) end
+      assert.are.equal(0, select(2, p:flush()))
+      -- partition 0's next fetches fail retriably, partition 1's too once
+      cluster:fail("Fetch", E.NOT_LEADER_OR_FOLLOWER, 2, "keep", 0)
+      cluster:fail("Fetch", E.UNKNOWN_TOPIC_OR_PARTITION, 1, "keep", 1)
+      local offs = { [0] = {}, [1] = {} }
+      got = 0
+      for _ = 1, 30 do
+        if got >= 40 then break end
+        local msgs = assert(c:poll(10))
+        for _, m in ipairs(msgs) do
+          table.insert(offs[m.partition], m.offset)
+          got = got + 1
+        end
+      end
+      assert.are.equal(40, got)
+      for part = 0, 1 do
+        assert.are.equal(20, #offs[part])
+        for j = 1, 20 do assert.are.equal(59 + j, offs[part][j]) end
+        assert.are.equal(80, c:position("keep", part))
+      end
+    end)
+
     it("a lost answer (drop_response): the broker wrote, the client retries, the batch is there twice", function()
       local cluster = mock.new { brokers = 1, topics = { t = 1 } }
       local client = new_client(cluster)

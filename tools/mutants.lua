@@ -16,7 +16,8 @@
 -- Environment: MUTANTS (subset), MUTANT_TIMEOUT (seconds per spec run, 300),
 -- MUTANT_BASELINE=0 (skip the run of each spec command on the unchanged
 -- copy, which makes sure a kill is the mutant's and not a broken setup),
--- MUTANT_LOG (directory of the spec outputs, build/mutants/logs).
+-- MUTANT_LOG (directory of the spec outputs, build/mutants/logs), MUTANT_WORK
+-- (the scratch copy, build/mutants/work: give two concurrent runs two).
 -- Real-broker specs share the brokers of one run: `make mutants` runs this
 -- under spec/support/kafka/with-brokers.sh, and the copy's build/kafka is a
 -- link to the tree's.
@@ -30,7 +31,7 @@ if root:sub(1, 1) ~= "/" then
   p:close()
   root = cwd .. "/" .. root
 end
-local scratch = root .. "/build/mutants/work"
+local scratch = os.getenv("MUTANT_WORK") or (root .. "/build/mutants/work")
 local logdir = os.getenv("MUTANT_LOG") or (root .. "/build/mutants/logs")
 local default_timeout = tonumber(os.getenv("MUTANT_TIMEOUT") or "") or 300
 local baseline_on = os.getenv("MUTANT_BASELINE") ~= "0"
