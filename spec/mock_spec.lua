@@ -125,7 +125,9 @@ describe("kafka.mock in-process", function()
     local cluster = mock.new { brokers = 3, topics = { events = 6 } }
     local client = new_client(cluster)
     local p = kafka.producer.new(client, { linger_ms = 1e9 })
-    for i = 1, 600 do assert(p:send("events", "v" .. i, { key = "k" .. i, partition = i % 6 })) end
+    for i = 1, 600 do
+      assert(p:send("events", "v" .. i, { key = "k" .. i, partition = i % 6, headers = { { key = "h", value = "x" .. i } } }))
+    end
     local reports, failed = p:flush()
     assert.are.equal(600, #reports)
     assert.are.equal(0, failed)
@@ -140,6 +142,7 @@ describe("kafka.mock in-process", function()
       local recs = cluster:records("events", part)
       assert.are.equal(100, #recs)
       assert.are.equal(part == 0 and "v6" or ("v" .. part), recs[1].value)
+      assert.are.same({ { key = "h", value = part == 0 and "x6" or ("x" .. part) } }, recs[1].headers)
       assert.are.equal(99, recs[100].offset)
     end
     local by_part, got = consume_all(client, "events", 600)
@@ -150,11 +153,20 @@ describe("kafka.mock in-process", function()
         local i = (j - 1) * 6 + (part == 0 and 6 or part)
         assert.are.equal("v" .. i, m.value)
         assert.are.equal("k" .. i, m.key)
+        assert.are.same({ { key = "h", value = "x" .. i } }, m.headers)
         assert.are.equal(100, m.high_watermark)
       end
     end
     assert.are.equal(0, client:list_offsets("events", 3, "earliest"))
     assert.are.equal(100, client:list_offsets("events", 3, "latest"))
+    -- no offset given, no group: auto_offset_reset says where to start
+    local early = kafka.consumer.new(client, { auto_offset_reset = "earliest", fetch_max_wait_ms = 0 })
+    assert(early:assign { { topic = "events", partition = 3 } })
+    assert.are.equal(0, early:position("events", 3))
+    local late = kafka.consumer.new(client, { fetch_max_wait_ms = 0 }) -- latest by default
+    assert(late:assign { { topic = "events", partition = 3 } })
+    assert.are.equal(100, late:position("events", 3))
+    assert.are.equal(0, #assert(late:poll(10)))
   end)
 
   it("stores batches of every codec and magic as written, offsets assigned, and serves old Fetch versions down-converted",
@@ -239,6 +251,19 @@ describe("kafka.mock in-process", function()
     cluster:down(2)
     assert.are.equal(E.NOT_ENOUGH_REPLICAS, pr(produce_raw(c, "t", 0, { "x" }, 9, -1)).error_code)
     assert.are.equal(3, pr(produce_raw(c, "t", 0, { "acks1 still works" }, 9, 1)).base_offset)
+    -- the producer sends the acks it was given: -1 meets the short ISR, 1 does not
+    local client = new_client(cluster)
+    local all = kafka.producer.new(client, { acks = -1, delivery_timeout_ms = 100, linger_ms = 1e9 })
+    assert(all:send("t", "needs the ISR", { partition = 0 }))
+    local reports, failed = all:flush()
+    assert.are.equal(1, failed)
+    assert.are.equal("timeout", reports[1].code)
+    assert.are.equal(E.NOT_ENOUGH_REPLICAS, reports[1].error_code)
+    local one = kafka.producer.new(client, { acks = 1, linger_ms = 1e9 })
+    assert(one:send("t", "leader only", { partition = 0 }))
+    reports, failed = one:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(4, reports[1].offset)
   end)
 
   it("the idempotent producer: InitProducerId, DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER, epochs", function()
