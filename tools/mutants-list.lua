@@ -126,7 +126,7 @@ return {
   { name = "client-retries-unpaced", file = "lua/kafka/client.lua",
     find = [[local b = self.retry_backoff_ms * 2 ^ ((attempt or 1) - 1)]],
     replace = [[local b = self.retry_backoff_ms]],
-    spec = "spec/reliability_spec.lua",
+    spec = "spec/reliability_spec.lua", filter = "2b|paced",
     promise = "retry_backoff_ms doubles per attempt up to retry_backoff_max_ms" },
   { name = "reconnect-backoff-flat", file = "lua/kafka/client.lua",
     find = [[local b = self.reconnect_backoff_ms * 2 ^ (fails - 1)]],
