@@ -661,6 +661,22 @@ describe("kafka.mock in-process", function()
       end
     end)
 
+    it("a position inside a batch: the batch's records before it are not delivered", function()
+      local cluster = mock.new { brokers = 1, topics = { mid = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9, compression = "lz4" })
+      for i = 1, 10 do assert(p:send("mid", "v" .. i)) end
+      assert.are.equal(0, select(2, p:flush())) -- one batch, offsets 0-9
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "mid", partition = 0, offset = 6 } })
+      local offs = {}
+      for _ = 1, 5 do
+        for _, m in ipairs(assert(c:poll(10))) do offs[#offs + 1] = m.offset end
+      end
+      assert.are.same({ 6, 7, 8, 9 }, offs)
+      assert.are.equal(10, c:position("mid", 0))
+    end)
+
     it("retriable fetch errors keep the position: no rewind, no skip", function()
       local cluster = mock.new { brokers = 1, topics = { keep = 2 } }
       local client = new_client(cluster)

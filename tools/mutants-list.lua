@@ -211,7 +211,7 @@ return {
   { name = "min-offset-ignored", file = "lua/kafka/consumer.lua",
     find = [[opts.into, opts.set, opts.min_offset = out, set, st.offset]],
     replace = [[opts.into, opts.set, opts.min_offset = out, set, 0]],
-    spec = { "spec/client_spec.lua", "spec/real_kafka_spec.lua" }, filter = "consum", env = K,
+    spec = "spec/mock_spec.lua", filter = "inside a batch",
     promise = "records below the position (early start of a compressed batch) are not delivered twice" },
   { name = "corrupt-batch-skipped", file = "lua/kafka/consumer.lua",
     find = [[if not info or (type(info) == "table" and info.errors) then]],
