@@ -206,7 +206,7 @@ return {
   { name = "murmur2-sign", file = "lua/kafka/producer.lua",
     find = [[return (proto.murmur2(key) % 2147483648) % n]],
     replace = [[return proto.murmur2(key) % n]],
-    spec = { "spec/known_answers_spec.lua", "spec/real_kafka_spec.lua" }, filter = "partition|placed", env = K,
+    spec = "spec/known_answers_spec.lua", filter = "places keys",
     promise = "keys go to toPositive(murmur2(key)) % n, the Java client's partition" },
   { name = "min-offset-ignored", file = "lua/kafka/consumer.lua",
     find = [[opts.into, opts.set, opts.min_offset = out, set, st.offset]],
