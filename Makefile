@@ -40,7 +40,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: mutants all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -122,6 +122,12 @@ asan:
 demo: all $(MOCKBROKER)
 	$(TEST_ENV) $(LUA) examples/demo.lua
 
+# Mutation testing: the mutants of tools/mutants-list.lua, each against the specs
+# that must catch it (MUTANTS=name1,name2 for a subset). Slow: not part of test.
+mutants: all $(MOCKBROKER)
+	$(MAKE) --no-print-directory LUA=luajit all
+	$(WITH_BROKERS) lua5.4 tools/mutants.lua
+
 # Fuzzing (libFuzzer, clang): each harness runs FUZZ_SECONDS from fuzz/corpus/.
 FUZZ_SECONDS ?= 30
 FUZZ_HARNESSES := response request records decompress
@@ -129,7 +135,7 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_BINS := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_HARNESSES))
 
-build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(CORE_SRC) $(HEADERS)
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h fuzz/fuzz_roundtrip.h $(CORE_SRC) $(HEADERS)
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=gnu99 -o $@ $< $(CORE_SRC) $(LIBS)
 

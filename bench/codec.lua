@@ -29,6 +29,25 @@ local function values(size)
   return v
 end
 
+local function check_rows(rows, vals, what)
+  assert(rows and #rows == N and not rows.errors, what .. ": wrong record count")
+  for i = 1, N do
+    local r = rows[i]
+    if r.offset ~= i - 1 or r.value ~= vals[i] or r.timestamp ~= TS or r.key ~= nil then
+      error(("%s: record %d decoded wrong"):format(what, i))
+    end
+  end
+end
+
+local function check_columns(cols, vals, what)
+  assert(cols and cols.n == N, what .. ": wrong record count")
+  for i = 1, N do
+    if cols.offset[i] ~= i - 1 or cols.value[i] ~= vals[i] or cols.timestamp[i] ~= TS then
+      error(("%s: record %d decoded wrong"):format(what, i))
+    end
+  end
+end
+
 local function emit(op, size, codec, rate)
   io.write(("%s\t%d\t%s\t%.0f\n"):format(op, size, codec, rate))
   io.flush()
@@ -54,7 +73,11 @@ for _, size in ipairs({ 100, 1024 }) do
     local recs = proto.encode_records(msgs, { compression = codec })
     local frame = proto.encode_response("Fetch", 11, 1, { responses = { { topic = "t", partitions = {
       { partition_index = 0, high_watermark = N, records = recs } } } } })
+    -- what is timed is checked once per run: every message back, exact
+    local corr, body = proto.decode_response("Fetch", 11, frame)
+    check_rows(corr == 1 and body.responses[1].partitions[1].records, vals, "decode_tables " .. codec)
     emit("decode_tables", size, codec, median(function() return proto.decode_response("Fetch", 11, frame) end))
+    check_columns(proto.decode_columns(recs), vals, "decode_columns " .. codec)
     emit("decode_columns", size, codec, median(function() return proto.decode_columns(recs) end))
   end
 end

@@ -355,7 +355,10 @@ static int dec_value(dctx *c, const kf_field *f, int elem, size_t idx) {
   kf_reader *r = c->r;
   const kf_field *key = elem ? NULL : f;
   size_t at = r->pos;
-  int nullable = kf_in(c->v, f->nmin, f->nmax);
+  /* nullableVersions of an array field is the array's: its elements are
+   * never null (Kafka's readers refuse a null element, its writers never
+   * write one), so a null element is corrupt, not a hole in the array. */
+  int nullable = !elem && kf_in(c->v, f->nmin, f->nmax);
   switch (f->type) {
   case KF_T_BOOL: {
     int8_t b = kf_r_i8(r);

@@ -1,8 +1,9 @@
 /* Response decoding: byte 0 picks the api, byte 1 the version; the rest is
  * the frame after its size prefix (header + body). Byte 0 past the apis
  * picks a data structure (kf_datas): the rest is its int16 version and
- * body, byte 1 unused. */
-#include "fuzz_common.h"
+ * body, byte 1 unused. A body that decodes must round-trip (fuzz_roundtrip.h);
+ * its records are decoded with CRC checks on and off. */
+#include "fuzz_roundtrip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,6 +25,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   hv = kf_resp_header_version(a, v);
   kf_r_init(&r, data + 2, size - 2);
   if (kf_read_response_header(&r, hv, &corr, &e)) return 0;
-  kf_schema_decode(a->resp, v, v >= a->resp_flex, &fz_dec_ops, NULL, &r, &e);
+  rt_check(a->resp, v, v >= a->resp_flex, &r);
   return 0;
 }

@@ -30,6 +30,21 @@ end
 
 local function id_of(m) return tonumber(m.value:match("^#(%d+) ")) end
 
+-- Every message of by_part (consume_all's) is one of value(1..n), each exactly
+-- once: ids compared, not counts (a duplicate and a loss would cancel).
+local function assert_ids(by_part, n, value)
+  local seen, got = {}, 0
+  for _, msgs in pairs(by_part) do
+    for _, m in ipairs(msgs) do
+      assert.is_nil(seen[m.value], "duplicate " .. tostring(m.value))
+      seen[m.value] = true
+      got = got + 1
+    end
+  end
+  for i = 1, n do assert.is_true(seen[value(i)], "missing " .. value(i)) end
+  assert.are.equal(n, got)
+end
+
 describe("client against the mock cluster", function()
   local m, client
   setup(function()
@@ -116,12 +131,21 @@ describe("client against the mock cluster", function()
     assert(c:assign { { topic = "commits", partition = 0 }, { topic = "commits", partition = 1 },
       { topic = "commits", partition = 2 } })
     local before = assert(c:committed())
-    for _, r in ipairs(before) do assert.are.equal(-1, r.offset) end
+    assert.are.equal(3, #before)
+    for i, r in ipairs(before) do
+      assert.are.equal("commits", r.topic)
+      assert.are.equal(i - 1, r.partition)
+      assert.are.equal(-1, r.offset)
+    end
     local got = 0
     while got < 30 do got = got + #assert(c:poll(200)) end
     assert(c:commit())
     local after = assert(c:committed())
-    for _, r in ipairs(after) do assert.are.equal(10, r.offset) end
+    assert.are.equal(3, #after)
+    for i, r in ipairs(after) do
+      assert.are.equal(i - 1, r.partition)
+      assert.are.equal(10, r.offset)
+    end
     -- the coordinator moving or loading is retried: found again, asked again
     m:cmd("err 8 16 2")
     m:cmd("err 9 14 1")
@@ -160,10 +184,11 @@ describe("client against the mock cluster", function()
     m:cmd("err 1 6 3")
     m:cmd("err 1 7 2")
     m:cmd("err 1 5 1")
-    local _, got = consume_all(client, "faults", N)
-    assert.are.equal(N, got)
+    local by_part = consume_all(client, "faults", N)
+    assert_ids(by_part, N, function(i) return ("#%d "):format(i) end)
   end)
 
+  local TRANSIENT = { network = true, retriable = true }
   it("a leader moved mid-stream and a broker down then up: nothing silently lost", function()
     m:cmd("topic moving 6")
     local p = kafka.producer.new(client, { max_retries = 8, retry_backoff_ms = 20 })
@@ -185,8 +210,15 @@ describe("client against the mock cluster", function()
     end
     local function drain()
       for _ = 1, 10 do
-        local msgs = c:poll(100)
-        if msgs then for _, msg in ipairs(msgs) do consumed[id_of(msg)] = true end end
+        local msgs, err, code = c:poll(100)
+        -- a poll error may only be a connection the mock closed as leaders
+        -- moved (retried by the next poll); anything else fails the spec
+        if not msgs then
+          assert(TRANSIENT[code], tostring(err) .. " (" .. tostring(code) .. ")")
+        else
+          for _, e in ipairs(msgs.errors or {}) do assert(TRANSIENT[e.code], tostring(e.err)) end
+          for _, msg in ipairs(msgs) do consumed[id_of(msg)] = true end
+        end
       end
     end
     produce(3000)
@@ -212,8 +244,9 @@ describe("client against the mock cluster", function()
       assert(consumed[id], "message " .. id .. " was acknowledged but never consumed")
     end
     for id in pairs(consumed) do assert(id >= 1 and id <= next_id) end
-    assert.are.equal(12000, n_acked + #failed_ids)
-    assert.is_true(n_acked >= 9000)
+    -- the leaders moved to live brokers and broker 1 came back: nothing fails
+    assert.are.same({}, failed_ids)
+    assert.are.equal(12000, n_acked)
   end)
 
   it("a broker that stays down: its messages are reported failed, the rest delivered", function()
@@ -273,8 +306,8 @@ describe("client against the mock cluster", function()
     assert.are.equal(40, #reports)
     assert.are.equal(0, failed)
     for i, r in ipairs(reports) do assert.are.equal(i, r.id) end
-    local _, got = consume_all(client, "autoflush", 40)
-    assert.are.equal(40, got)
+    local by_part = consume_all(client, "autoflush", 40)
+    assert_ids(by_part, 40, function(i) return "v" .. i end)
   end)
 
   it("delivery_reports = errors: successes are counted, not reported", function()
@@ -306,8 +339,8 @@ describe("client against the mock cluster", function()
     local reports, failed = p:flush()
     assert.are.equal(0, failed)
     assert.are.equal(-1, reports[1].offset)
-    local _, got = consume_all(client, "fire", 100)
-    assert.are.equal(100, got)
+    local by_part = consume_all(client, "fire", 100)
+    assert_ids(by_part, 100, function(i) return "v" .. i end)
   end)
 
   it("consumer: max_poll_records keeps the rest of a fetch for the next polls, and a seek drops it", function()
@@ -356,7 +389,12 @@ describe("client against the mock cluster", function()
     assert.are.equal(5, #msgs)
     local strict = kafka.consumer.new(client, { auto_offset_reset = "error" })
     assert(strict:assign { { topic = "oor", partition = 0, offset = 1000 } })
-    local ok, err, code = strict:poll(200)
+    local ok, err, code
+    for _ = 1, 5 do -- a poll may end before the first answer: empty, never a message
+      ok, err, code = strict:poll(200)
+      if not ok then break end
+      assert.are.equal(0, #ok)
+    end
     assert.is_nil(ok)
     assert.are.equal("offset_out_of_range", code)
     assert.matches("out of range", err)

@@ -43,6 +43,26 @@ describe("fuzz regressions", function()
     assert.is_string(err)
   end)
 
+  it("a null element in an array of strings is corrupt, not a hole (fuzz_request round trip)", function()
+    -- DescribeConfigs v4 (flexible) whose second resource's configuration_keys
+    -- (a nullable array) holds a null string: the array may be null, its
+    -- elements may not (Kafka's readers refuse them); the decoder accepted it
+    -- and the encoder could not write it back
+    local data = read("fuzz-request-null-element.bin")
+    local ok, err, code = proto.decode_request(data)
+    assert.is_nil(ok)
+    assert.are.equal("corrupt", code)
+    assert.are.equal("null string 'resources[2].configuration_keys[1]' at byte 23 is not nullable in v4", err)
+    -- a null array and an array of strings still decode
+    for _, keys in ipairs({ false, { "a", "" } }) do
+      local body = { resources = { { resource_type = 2, resource_name = "t", configuration_keys = keys or nil } } }
+      local frame = proto.encode_request("DescribeConfigs", 4, { correlation_id = 1, client_id = "c" }, body)
+      local req = assert(proto.decode_request(frame))
+      assert.are.equal(4, req.api_version)
+      if keys then assert.are.same(keys, req.body.resources[1].configuration_keys) end
+    end
+  end)
+
   if H.int64 then
     local maxint, minint = H.maxinteger, H.mininteger
     it("timestamps and offsets at the ends of the int64 range round-trip (wrapping deltas)", function()

@@ -35,6 +35,31 @@ describe("known answers", function()
     assert.are.equal(1801016473 % 12, proto.murmur2("abcdefg") % 2147483648 % 12)
   end)
 
+  it("the producer places keys where Java's partitioner does (12 partitions: not a power of two)", function()
+    -- the expected partitions come from the Java vectors above, not from our
+    -- murmur2: toPositive(h) % 12; half the keys have h >= 2^31, where
+    -- h % 12 would differ
+    local kafka = require "kafka"
+    local mock = require "kafka.mock"
+    local cluster = mock.new { brokers = 1, topics = { keyed = 12 } }
+    local client = kafka.client.new { brokers = cluster:bootstrap(), socket = cluster:socket_factory() }
+    local p = kafka.producer.new(client, { linger_ms = 1e9 })
+    local want, high_keys = {}, 0
+    for n = 0, 16 do
+      for _, k in ipairs({ { ascii:sub(1, n), MURMUR2_ASCII[n + 1] }, { high:sub(1, n), MURMUR2_HIGH[n + 1] } }) do
+        local id = assert(p:send("keyed", "v", { key = k[1] }))
+        want[id] = (k[2] % 2147483648) % 12
+        if k[2] >= 2147483648 then high_keys = high_keys + 1 end
+      end
+    end
+    assert.is_true(high_keys >= 10)
+    local reports, failed = p:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(34, #reports)
+    for _, r in ipairs(reports) do assert.are.equal(want[r.id], r.partition, "message " .. r.id) end
+    client:close()
+  end)
+
   -- RFC 3720 (iSCSI), appendix B.4; plus the CRC catalogue's check value.
   local function bytes(from, to, step)
     local t = {}

@@ -125,7 +125,9 @@ describe("kafka.mock in-process", function()
     local cluster = mock.new { brokers = 3, topics = { events = 6 } }
     local client = new_client(cluster)
     local p = kafka.producer.new(client, { linger_ms = 1e9 })
-    for i = 1, 600 do assert(p:send("events", "v" .. i, { key = "k" .. i, partition = i % 6 })) end
+    for i = 1, 600 do
+      assert(p:send("events", "v" .. i, { key = "k" .. i, partition = i % 6, headers = { { key = "h", value = "x" .. i } } }))
+    end
     local reports, failed = p:flush()
     assert.are.equal(600, #reports)
     assert.are.equal(0, failed)
@@ -140,6 +142,7 @@ describe("kafka.mock in-process", function()
       local recs = cluster:records("events", part)
       assert.are.equal(100, #recs)
       assert.are.equal(part == 0 and "v6" or ("v" .. part), recs[1].value)
+      assert.are.same({ { key = "h", value = part == 0 and "x6" or ("x" .. part) } }, recs[1].headers)
       assert.are.equal(99, recs[100].offset)
     end
     local by_part, got = consume_all(client, "events", 600)
@@ -150,11 +153,20 @@ describe("kafka.mock in-process", function()
         local i = (j - 1) * 6 + (part == 0 and 6 or part)
         assert.are.equal("v" .. i, m.value)
         assert.are.equal("k" .. i, m.key)
+        assert.are.same({ { key = "h", value = "x" .. i } }, m.headers)
         assert.are.equal(100, m.high_watermark)
       end
     end
     assert.are.equal(0, client:list_offsets("events", 3, "earliest"))
     assert.are.equal(100, client:list_offsets("events", 3, "latest"))
+    -- no offset given, no group: auto_offset_reset says where to start
+    local early = kafka.consumer.new(client, { auto_offset_reset = "earliest", fetch_max_wait_ms = 0 })
+    assert(early:assign { { topic = "events", partition = 3 } })
+    assert.are.equal(0, early:position("events", 3))
+    local late = kafka.consumer.new(client, { fetch_max_wait_ms = 0 }) -- latest by default
+    assert(late:assign { { topic = "events", partition = 3 } })
+    assert.are.equal(100, late:position("events", 3))
+    assert.are.equal(0, #assert(late:poll(10)))
   end)
 
   it("stores batches of every codec and magic as written, offsets assigned, and serves old Fetch versions down-converted",
@@ -239,6 +251,19 @@ describe("kafka.mock in-process", function()
     cluster:down(2)
     assert.are.equal(E.NOT_ENOUGH_REPLICAS, pr(produce_raw(c, "t", 0, { "x" }, 9, -1)).error_code)
     assert.are.equal(3, pr(produce_raw(c, "t", 0, { "acks1 still works" }, 9, 1)).base_offset)
+    -- the producer sends the acks it was given: -1 meets the short ISR, 1 does not
+    local client = new_client(cluster)
+    local all = kafka.producer.new(client, { acks = -1, delivery_timeout_ms = 100, linger_ms = 1e9 })
+    assert(all:send("t", "needs the ISR", { partition = 0 }))
+    local reports, failed = all:flush()
+    assert.are.equal(1, failed)
+    assert.are.equal("timeout", reports[1].code)
+    assert.are.equal(E.NOT_ENOUGH_REPLICAS, reports[1].error_code)
+    local one = kafka.producer.new(client, { acks = 1, linger_ms = 1e9 })
+    assert(one:send("t", "leader only", { partition = 0 }))
+    reports, failed = one:flush()
+    assert.are.equal(0, failed)
+    assert.are.equal(4, reports[1].offset)
   end)
 
   it("the idempotent producer: InitProducerId, DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER, epochs", function()
@@ -582,6 +607,152 @@ describe("kafka.mock in-process", function()
       assert.are.equal(0, #cluster:records("stuck", 2))
     end)
 
+    it("a full buffer flushes inside send: the broker has the first max_buffered messages before flush()", function()
+      local cluster = mock.new { brokers = 1, topics = { full = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { max_buffered = 10, linger_ms = 1e9 })
+      for i = 1, 10 do assert.are.equal(i, p:send("full", "v" .. i)) end
+      assert.are.equal(0, #cluster:records("full", 0)) -- nothing sent yet
+      assert.are.equal(11, p:send("full", "v11"))        -- full: flushes the 10, keeps the 11th
+      local recs = cluster:records("full", 0)
+      assert.are.equal(10, #recs)
+      assert.are.equal("v1", recs[1].value)
+      assert.are.equal("v10", recs[10].value)
+      for i = 12, 21 do assert.are.equal(i, p:send("full", "v" .. i)) end -- 21st: flushes 11-20
+      assert.are.equal(20, #cluster:records("full", 0))
+      local reports, failed = p:flush()
+      assert.are.equal(0, failed)
+      assert.are.equal(21, #reports)
+      for i, r in ipairs(reports) do
+        assert.are.equal(i, r.id)
+        assert.are.equal(i - 1, r.offset)
+      end
+    end)
+
+    it("a seek drops what earlier fetches left pending: every partition restarts exactly there", function()
+      local cluster = mock.new { brokers = 3, topics = { pend = 4 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      -- batches of 50 per partition: a fetch from 200 holds offsets 200-499 only
+      for i = 1, 2000 do
+        assert(p:send("pend", "v" .. i, { partition = i % 4 }))
+        if i % 200 == 0 then assert.are.equal(0, select(2, p:flush())) end
+      end
+      local c = kafka.consumer.new(client, { max_poll_records = 100, fetch_max_wait_ms = 0 })
+      local a = {}
+      for part = 0, 3 do a[#a + 1] = { topic = "pend", partition = part, offset = 200 } end
+      assert(c:assign(a))
+      local first = assert(c:poll(100)) -- one partition decoded, the others' fetches kept pending
+      assert.is_true(#first >= 100 and #first < 1200, "first poll " .. #first)
+      for part = 0, 3 do assert(c:seek("pend", part, 0)) end
+      local offs = { [0] = {}, {}, {}, {} }
+      local got = 0
+      for _ = 1, 40 do
+        if got >= 2000 then break end
+        for _, m in ipairs(assert(c:poll(100))) do
+          table.insert(offs[m.partition], m.offset)
+          got = got + 1
+        end
+      end
+      assert.are.equal(2000, got)
+      for part = 0, 3 do
+        assert.are.equal(500, #offs[part])
+        for j = 1, 500 do assert.are.equal(j - 1, offs[part][j]) end
+      end
+    end)
+
+    it("a position inside a batch: the batch's records before it are not delivered", function()
+      local cluster = mock.new { brokers = 1, topics = { mid = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9, compression = "lz4" })
+      for i = 1, 10 do assert(p:send("mid", "v" .. i)) end
+      assert.are.equal(0, select(2, p:flush())) -- one batch, offsets 0-9
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "mid", partition = 0, offset = 6 } })
+      local offs = {}
+      for _ = 1, 5 do
+        for _, m in ipairs(assert(c:poll(10))) do offs[#offs + 1] = m.offset end
+      end
+      assert.are.same({ 6, 7, 8, 9 }, offs)
+      assert.are.equal(10, c:position("mid", 0))
+    end)
+
+    it("a corrupt batch is never skipped: the position stays on it and every poll reports it", function()
+      local cluster = mock.new { brokers = 1, topics = { bad = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      for i = 1, 5 do assert(p:send("bad", "a" .. i)) end
+      assert.are.equal(0, select(2, p:flush())) -- batch 0-4
+      for i = 1, 5 do assert(p:send("bad", "b" .. i)) end
+      assert.are.equal(0, select(2, p:flush())) -- batch 5-9
+      -- flip the last byte of the second stored batch (a value byte: its CRC-32C no longer matches)
+      local e = cluster.topics.bad.partitions[0].log.entries[2]
+      local last = e.bytes:byte(#e.bytes)
+      e.bytes = e.bytes:sub(1, -2) .. string.char((last + 1) % 256)
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "bad", partition = 0, offset = 0 } })
+      local offs, errs = {}, 0
+      for _ = 1, 6 do
+        local msgs, err, code = c:poll(10)
+        if msgs then
+          for _, m in ipairs(msgs) do offs[#offs + 1] = m.offset end
+          for _, pe in ipairs(msgs.errors or {}) do
+            errs = errs + 1
+            assert.are.equal("corrupt", pe.code)
+            assert.matches("crc mismatch", pe.err)
+          end
+        else
+          errs = errs + 1
+          assert.are.equal("corrupt", code)
+          assert.matches("crc mismatch in record batch at byte %d+ %(offset 5%)", err)
+        end
+      end
+      -- nothing at or past the corrupt batch is ever delivered, and every poll says why.
+      -- (Today the good batch fetched with it is held back too: the position
+      -- stays at 0 and offsets 0-4 never come; Kafka's Java consumer delivers
+      -- them and stops at 5. Either is accepted here.)
+      assert.is_true(#offs == 0 or #offs == 5, "delivered " .. #offs)
+      for i, o in ipairs(offs) do assert.are.equal(i - 1, o) end
+      assert.are.equal(6, errs)
+      local pos = c:position("bad", 0)
+      assert.is_true(pos == 0 or pos == 5, "position " .. pos)
+    end)
+
+    it("retriable fetch errors keep the position: no rewind, no skip", function()
+      local cluster = mock.new { brokers = 1, topics = { keep = 2 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      for i = 1, 120 do assert(p:send("keep", "v" .. i, { partition = i % 2 })) end
+      assert.are.equal(0, select(2, p:flush()))
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "keep", partition = 0, offset = 0 }, { topic = "keep", partition = 1, offset = 0 } })
+      local got = 0
+      for _ = 1, 20 do if got < 120 then got = got + #assert(c:poll(10)) end end
+      assert.are.equal(120, got)
+      assert.are.equal(60, c:position("keep", 0))
+      for i = 121, 160 do assert(p:send("keep", "v" .. i, { partition = i % 2 })) end
+      assert.are.equal(0, select(2, p:flush()))
+      -- partition 0's next fetches fail retriably, partition 1's too once
+      cluster:fail("Fetch", E.NOT_LEADER_OR_FOLLOWER, 2, "keep", 0)
+      cluster:fail("Fetch", E.UNKNOWN_TOPIC_OR_PARTITION, 1, "keep", 1)
+      local offs = { [0] = {}, [1] = {} }
+      got = 0
+      for _ = 1, 30 do
+        if got >= 40 then break end
+        local msgs = assert(c:poll(10))
+        for _, m in ipairs(msgs) do
+          table.insert(offs[m.partition], m.offset)
+          got = got + 1
+        end
+      end
+      assert.are.equal(40, got)
+      for part = 0, 1 do
+        assert.are.equal(20, #offs[part])
+        for j = 1, 20 do assert.are.equal(59 + j, offs[part][j]) end
+        assert.are.equal(80, c:position("keep", part))
+      end
+    end)
+
     it("a lost answer (drop_response), without idempotence: the broker wrote, the client retries, the batch is there twice", function()
       local cluster = mock.new { brokers = 1, topics = { t = 1 } }
       local client = new_client(cluster)
@@ -624,7 +795,12 @@ describe("kafka.mock in-process", function()
       local c = kafka.consumer.new(client, { group_id = "g-commit", auto_offset_reset = "earliest", fetch_max_wait_ms = 0 })
       assert(c:assign { { topic = "commits", partition = 0 }, { topic = "commits", partition = 1 },
         { topic = "commits", partition = 2 } })
-      for _, r in ipairs(assert(c:committed())) do assert.are.equal(-1, r.offset) end
+      local before = assert(c:committed())
+      assert.are.equal(3, #before)
+      for i, r in ipairs(before) do
+        assert.are.equal(i - 1, r.partition)
+        assert.are.equal(-1, r.offset)
+      end
       local got = 0
       for _ = 1, 20 do if got < 30 then got = got + #assert(c:poll(10)) end end
       assert.are.equal(30, got)

@@ -253,6 +253,24 @@ describe("records", function()
     assert.are_not.equal(legacy, proper)
     assert.are.equal(payload, proto.decompress("lz4", legacy))
     assert.are.equal(payload, proto.decompress("lz4", proper))
+    -- a frame as 0.8/0.9-era Kafka wrote it, byte by byte: magic 184D2204
+    -- (little-endian), FLG 0x60 (version 1, independent blocks), BD 0x40
+    -- (64 KB blocks), then the header checksum: (xxh32(descriptor) >> 8) & 0xff
+    -- is 0x82 over FLG BD as the LZ4 frame format says; KAFKA-3160's
+    -- encoders hashed the magic too: xxh32(04 22 4D 18 60 40) gives 0x1A.
+    -- Blocks: 16 bytes stored uncompressed (size's high bit set), a
+    -- compressed block of one literal-only sequence (token 0x50: 5
+    -- literals), the end mark.
+    local blocks = "\16\0\0\128" .. "Kafka 0.9 frame!" .. "\6\0\0\0" .. "\80abcde" .. "\0\0\0\0"
+    local old_kafka = "\4\34\77\24\96\64\26" .. blocks
+    local per_spec = "\4\34\77\24\96\64\130" .. blocks
+    assert.are.equal("Kafka 0.9 frame!abcde", proto.decompress("lz4", old_kafka))
+    assert.are.equal("Kafka 0.9 frame!abcde", proto.decompress("lz4", per_spec))
+    local ok, _, code = proto.decompress("lz4", "\4\34\77\24\96\64\0" .. blocks)
+    assert.is_nil(ok) -- neither checksum: corrupt
+    assert.are.equal("corrupt", code)
+    -- our legacy writer writes that very header
+    assert.are.equal("\4\34\77\24\96\64\26", legacy:sub(1, 7))
     -- magic 0 lz4 sets are written the old way and read back
     local got = proto.decode_records(proto.encode_records(sample(4), { magic = 0, compression = "lz4" }))
     assert.are.equal(4, #got)

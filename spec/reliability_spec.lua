@@ -165,6 +165,35 @@ describe("reliability", function()
     end)
   end)
 
+  describe("2b: the client's retry service waits exactly its backoff", function()
+    it("retry_backoff_ms doubling per attempt up to retry_backoff_max_ms; max_retries counts attempts", function()
+      local t, waits = 0, {}
+      local client = kafka.client.new { brokers = { "127.0.0.1:1" }, retry_backoff_ms = 10, retry_backoff_max_ms = 50,
+        now = function() return t end, sleep = function(ms) waits[#waits + 1] = ms; t = t + ms end }
+      local n = 0
+      local res = client:call(function(_, attempt)
+        n = n + 1
+        assert.are.equal(n, attempt)
+        if n < 7 then return nil, "not yet", "retriable" end
+        return "done"
+      end)
+      assert.are.equal("done", res)
+      assert.are.same({ 10, 20, 40, 50, 50, 50 }, waits)
+      -- max_retries = 2: three attempts, two waits, then the last error
+      waits, n = {}, 0
+      local ok, err, code = client:call(function()
+        n = n + 1
+        return nil, "still not", "retriable"
+      end, { max_retries = 2 })
+      assert.is_nil(ok)
+      assert.are.equal("still not", err)
+      assert.are.equal("retriable", code)
+      assert.are.equal(3, n)
+      assert.are.same({ 10, 20 }, waits)
+      client:close()
+    end)
+  end)
+
   describe("3: a broker back is used at once; backoff refusals are not attempts", function()
     it("list_offsets with max_retries = 1 waits out a reconnect backoff instead of failing", function()
       leaders("backon", 3)

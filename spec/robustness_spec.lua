@@ -14,6 +14,18 @@ local function with_size(frame, n)
   return pack(">i4", #body) .. body
 end
 
+-- A v2 batch (one record's header, right length and CRC-32C) whose records
+-- are `payload`, compressed with codec.
+local function bomb_batch(codec, payload)
+  local ids = { gzip = 1, snappy = 2, lz4 = 3, zstd = 4 }
+  local hdr = proto.encode_records({ { value = "x" } }):sub(1, 61)
+  -- attributes (bytes 22-23) name the codec; the CRC covers them and all after
+  local after_crc = pack(">i2", ids[codec]) .. hdr:sub(24, 61) .. payload
+  -- base offset, batch length (what follows it), leader epoch and magic, CRC-32C, the rest
+  return hdr:sub(1, 8) .. pack(">i4", 9 + #after_crc) .. hdr:sub(13, 17) .. pack(">I4", proto.crc32c(after_crc))
+    .. after_crc
+end
+
 local function goldens()
   local r = H.rng(4242)
   local out = {}
@@ -110,6 +122,15 @@ describe("robustness", function()
     ok, err = proto.decode_response("Metadata", 0, pack(">i4i4i4", 8, 1, -5))
     assert.is_nil(ok)
     assert.matches("bad array length 'brokers' at byte 8", err)
+    -- a string length of -2 is corrupt (only -1 means null), -1 where it is not nullable too
+    ok, err, code = proto.decode_response("Metadata", 0, pack(">i4i4i4i4i2", 18, 1, 1, 1, -2) .. "host")
+    assert.is_nil(ok)
+    assert.are.equal("corrupt", code)
+    assert.are.equal("bad string 'brokers[1].host' at byte 16", err)
+    ok, err, code = proto.decode_response("Metadata", 0, pack(">i4i4i4i4i2", 18, 1, 1, 1, -1) .. "host")
+    assert.is_nil(ok)
+    assert.are.equal("corrupt", code)
+    assert.are.equal("null string 'brokers[1].host' at byte 16 is not nullable in v0", err)
     -- -1 where the array is not nullable
     ok, err = proto.decode_response("Metadata", 0, pack(">i4i4i4", 8, 1, -1))
     assert.is_nil(ok)
@@ -152,11 +173,16 @@ describe("robustness", function()
       assert.is_nil(ok)
       assert.are.equal("limit", code)
       assert.matches("limit", err)
-      -- inside a batch, the batch is skipped and reported
-      local batch = proto.encode_records({ { value = "x" } })
-      local got, info = proto.decode_records(batch, { max_decompressed = 8 * MiB })
+      -- inside a batch (CRC right, so only the limit stops it): that batch
+      -- is skipped and reported, the good batch after it is read
+      local bad = bomb_batch(codec, bomb)
+      local good = proto.encode_records({ { value = "after" } }, { base_offset = 7 })
+      local got, info = proto.decode_records(bad .. good, { max_decompressed = 8 * MiB })
       assert.are.equal(1, #got)
-      assert.is_nil(info.errors)
+      assert.are.equal("after", got[1].value)
+      assert.are.equal(7, got[1].offset)
+      assert.are.equal(1, #info.errors)
+      assert.matches("exceeds the limit", info.errors[1])
     end
     zeros = nil -- luacheck: ignore
     collectgarbage()
