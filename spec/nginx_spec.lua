@@ -61,11 +61,15 @@ describe("nginx (the OpenResty example, two workers)", function()
   local function errlog() return read(prefix .. "/logs/error.log") end
 
   -- no "[error]" and no aborted Lua thread in the error log
+  -- (nginx's own "recv() failed (104: Connection reset by peer)", at error
+  -- level whatever lua_socket_log_errors says, is a broker this spec took
+  -- down resetting a connection: not the client's error)
   local function assert_clean_log(allowed)
     local log = errlog()
     for line in log:gmatch("[^\n]+") do
-      if line:find("[error]", 1, true) or line:find("[alert]", 1, true) or line:find("[crit]", 1, true)
-          or line:find("lua entry thread aborted", 1, true) or line:find("[emerg]", 1, true) then
+      if (line:find("[error]", 1, true) or line:find("[alert]", 1, true) or line:find("[crit]", 1, true)
+          or line:find("lua entry thread aborted", 1, true) or line:find("[emerg]", 1, true))
+          and not line:find("recv() failed (104: Connection reset by peer)", 1, true) then
         if not (allowed and line:find(allowed, 1, true)) then error("nginx error log: " .. line, 2) end
       end
     end
