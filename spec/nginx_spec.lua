@@ -311,7 +311,10 @@ describe("nginx (the OpenResty example, two workers)", function()
     local before = count_of(errlog(), "worker exiting, sending")
     local n0 = #request_ids("/content")
     local wait = ab(6000, 20, "/content?topic=reload")
-    socket.sleep(0.5)
+    -- the reload comes once the load is on (a slow spec process, e.g. under
+    -- valgrind, must not reload before the first requests)
+    local deadline = socket.gettime() + 10
+    while #request_ids("/content") - n0 < 300 and socket.gettime() < deadline do socket.sleep(0.05) end
     signal("reload")
     ab_ok(wait(), 6000)
     -- the old workers said what they had and that none failed
