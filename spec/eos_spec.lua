@@ -8,16 +8,7 @@ local mock = require "kafka.mock"
 local proto = kafka.proto
 local E = proto.errors
 
-local function new_client(cluster, o)
-  o = o or {}
-  o.brokers = cluster:bootstrap()
-  o.socket = cluster:socket_factory()
-  o.retry_backoff_ms = o.retry_backoff_ms or 1
-  o.reconnect_backoff_ms = o.reconnect_backoff_ms or 1
-  o.reconnect_backoff_max_ms = o.reconnect_backoff_max_ms or 4
-  o.client_id = o.client_id or "spec"
-  return kafka.client.new(o)
-end
+local new_client = require("support.helpers").mock_client
 
 local function values(records)
   local out = {}

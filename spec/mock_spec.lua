@@ -19,16 +19,7 @@ local function conn_to(cluster, id, opts)
   return c
 end
 
-local function new_client(cluster, o)
-  o = o or {}
-  o.brokers = cluster:bootstrap()
-  o.socket = cluster:socket_factory()
-  o.retry_backoff_ms = o.retry_backoff_ms or 1
-  o.reconnect_backoff_ms = o.reconnect_backoff_ms or 1
-  o.reconnect_backoff_max_ms = o.reconnect_backoff_max_ms or 4
-  o.client_id = o.client_id or "spec"
-  return kafka.client.new(o)
-end
+local new_client = require("support.helpers").mock_client
 
 local function produce_raw(c, topic, partition, records, version, acks)
   return assert(c:request("Produce", { acks = acks or -1, timeout_ms = 1000,

@@ -250,6 +250,19 @@ function _M.start_bad(modes)
   error("bad broker did not start")
 end
 
+-- mock_client(cluster [, opts]) -> a kafka.client on an in-process
+-- kafka.mock cluster, with short backoffs (the specs' clocks are fast)
+function _M.mock_client(cluster, o)
+  o = o or {}
+  o.brokers = cluster:bootstrap()
+  o.socket = cluster:socket_factory()
+  o.retry_backoff_ms = o.retry_backoff_ms or 1
+  o.reconnect_backoff_ms = o.reconnect_backoff_ms or 1
+  o.reconnect_backoff_max_ms = o.reconnect_backoff_max_ms or 4
+  o.client_id = o.client_id or "spec"
+  return require("kafka").client.new(o)
+end
+
 -- lite() -> true on the Luas after the first in `make test` (SPEC_TIER=lite):
 -- specs whose subject is another implementation or a broker version run
 -- their full matrix once, on the first Lua, and a representative part here.
