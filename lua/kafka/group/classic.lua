@@ -155,6 +155,23 @@ local function assign(m, resp)
   return list
 end
 
+-- lost_membership(m, ec, api) -> true when ec ended this member's
+-- membership (SyncGroup and Heartbeat alike): an old generation or an
+-- unknown member id rejoins afresh, a fenced static member stops for good.
+local function lost_membership(m, ec, api)
+  if ec == errors.UNKNOWN_MEMBER_ID or ec == errors.ILLEGAL_GENERATION then
+    m:lost()
+    _M.rejoin_fresh(m, ec == errors.ILLEGAL_GENERATION)
+    return true
+  end
+  if ec == errors.FENCED_INSTANCE_ID then
+    m:lost()
+    m:fatal(api .. ": FENCED_INSTANCE_ID", "fenced", ec, "fenced")
+    return true
+  end
+  return false
+end
+
 local function coordinator_moved(m, ec)
   if offsets_mod.COORDINATOR_MOVED[ec] then
     m.offsets:invalidate()
@@ -227,14 +244,7 @@ local function on_sync(m, resp)
     m.retry_at = 0
     return
   end
-  if ec == errors.UNKNOWN_MEMBER_ID or ec == errors.ILLEGAL_GENERATION then
-    m:lost()
-    return _M.rejoin_fresh(m, ec == errors.ILLEGAL_GENERATION)
-  end
-  if ec == errors.FENCED_INSTANCE_ID then
-    m:lost()
-    return m:fatal("SyncGroup: FENCED_INSTANCE_ID", "fenced", ec, "fenced")
-  end
+  if lost_membership(m, ec, "SyncGroup") then return end
   if ec ~= errors.NONE then
     coordinator_moved(m, ec)
     m:set_state("unjoined")
@@ -279,14 +289,7 @@ local function on_heartbeat(m, resp)
     m.join_reason = "rebalance in progress"
     return _M.rejoin(m)
   end
-  if ec == errors.ILLEGAL_GENERATION or ec == errors.UNKNOWN_MEMBER_ID then
-    m:lost()
-    return _M.rejoin_fresh(m, ec == errors.ILLEGAL_GENERATION)
-  end
-  if ec == errors.FENCED_INSTANCE_ID then
-    m:lost()
-    return m:fatal("Heartbeat: FENCED_INSTANCE_ID", "fenced", ec, "fenced")
-  end
+  if lost_membership(m, ec, "Heartbeat") then return end
   coordinator_moved(m, ec)
   m.hb_next = now + m.client:backoff(1)
 end
