@@ -693,6 +693,11 @@ typedef struct lrec {
   int skip_control;    /* leave out control records */
   int64_t min_offset;  /* leave out records below it */
   int64_t next;        /* one past the highest offset seen (0: none) */
+  /* stop_at_error: what comes at and after the first problem is left out */
+  int stop_at_error, stopped;
+  int batch_nmsg;      /* messages before the latest v2 batch */
+  int64_t batch_next;  /* next before the latest v2 batch */
+  int32_t batch_left;  /* records of the latest v2 batch still to come */
 } lrec;
 
 /* Options of the records decoders beyond kf_rec_opts. */
@@ -702,11 +707,16 @@ typedef struct rec_extra {
   int skip_control;
   int batches;         /* build the batches array */
   int64_t min_offset;
+  int stop_at_error;
 } rec_extra;
 
 static int r_batch(void *u, const kf_batch_info *b) {
   lrec *c = (lrec *)u;
   lua_State *L = c->L;
+  if (c->stopped) return 0;
+  c->batch_nmsg = c->nmsg;
+  c->batch_next = c->next;
+  c->batch_left = b->magic == 2 ? b->count : 0;
   if (b->magic == 2) {
     int64_t end = kf_add64(b->base_offset, (int64_t)b->last_offset_delta + 1);
     if (end > c->next) c->next = end; /* control and compacted batches move us on too */
@@ -774,6 +784,8 @@ static int r_record(void *u, const kf_record *r) {
   lrec *c = (lrec *)u;
   lua_State *L = c->L;
   int j;
+  if (c->stopped) return 0;
+  if (r->magic == 2 && c->batch_left > 0) c->batch_left--;
   if (r->offset >= c->next) c->next = kf_add64(r->offset, 1);
   if (r->offset < c->min_offset || (c->skip_control && r->control)) return 0;
   /* the exact field count: a hash part one size too big doubles the table */
@@ -812,9 +824,23 @@ static int r_record(void *u, const kf_record *r) {
   return 0;
 }
 
+/* A problem is listed in errors. With stop_at_error the messages end
+ * before it: a v2 batch it interrupts is taken back whole (a consumer's
+ * position must never land inside a batch it did not deliver), and
+ * nothing after it is added. */
 static int r_problem(void *u, int code, const char *msg) {
   lrec *c = (lrec *)u;
   (void)code;
+  if (c->stop_at_error && !c->stopped) {
+    c->stopped = 1;
+    if (c->batch_left > 0) {
+      while (c->nmsg > c->batch_nmsg) {
+        lua_pushnil(c->L);
+        lua_rawseti(c->L, c->msgs, c->nmsg--);
+      }
+      c->next = c->batch_next;
+    }
+  }
   lua_pushstring(c->L, msg);
   lua_rawseti(c->L, c->errors, ++c->nerr);
   return 0;
@@ -844,6 +870,11 @@ static int push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_o
   c.want_batches = x ? x->batches : 1;
   c.skip_control = x ? x->skip_control : 0;
   c.min_offset = x ? x->min_offset : INT64_MIN;
+  c.stop_at_error = x ? x->stop_at_error : 0;
+  c.stopped = 0;
+  c.batch_nmsg = c.nmsg;
+  c.batch_next = 0;
+  c.batch_left = 0;
   c.next = 0;
   c.set_base = base + 4;
   c.nset = 0;
@@ -1168,14 +1199,16 @@ static int l_encode_records(lua_State *L) {
  * count, next_offset}. Besides the decode options, opts may hold the
  * consumer's: into (append to this table), set (fields copied into every
  * message), min_offset (leave out records below it), skip_control (leave
- * out control records), batches = false (no batches array). */
+ * out control records), batches = false (no batches array), stop_at_error
+ * (the messages end before the first problem; next_offset is then where
+ * it starts). */
 static int l_decode_records(lua_State *L) {
   size_t n;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
   kf_err e = {0, {0}};
   ldec c;
   box *bx;
-  rec_extra x = {0, 0, 0, 1, INT64_MIN};
+  rec_extra x = {0, 0, 0, 1, INT64_MIN, 0};
   int64_t next = 0;
   dec_opts(L, 2, &c);
   lua_settop(L, 2);
@@ -1193,6 +1226,7 @@ static int l_decode_records(lua_State *L) {
     opt_int(L, 2, "min_offset", INT64_MIN, &x.min_offset);
     x.skip_control = opt_bool(L, 2, "skip_control", 0);
     x.batches = opt_bool(L, 2, "batches", 1);
+    x.stop_at_error = opt_bool(L, 2, "stop_at_error", 0);
   }
   bx = box_new(L);
   if (push_records(L, p, n, &c.ro, bx, &x, &next, &e)) return box_done(bx, push_fail(L, &e));

@@ -68,7 +68,7 @@ function _M.new(client_or_opts, opts)
       { 0, 1, "read_uncommitted", "read_committed" })],
     decode_opts = { check_crc = bool(WHERE, "check_crcs", opts.check_crcs, true),
                     max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
-                    skip_control = true, batches = false },
+                    skip_control = true, batches = false, stop_at_error = true },
     retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
     max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 10000, 1),
     enable_auto_commit = bool(WHERE, "enable_auto_commit", opts.enable_auto_commit, true),
