@@ -26,7 +26,7 @@ return {
     replace = [[proto.batch { magic = magic, compression = "none" }]],
     spec = "spec/real_kafka_spec.lua", filter = "produces and consumes lz4", env = K,
     promise = "the producer writes batches in the codec asked for (compression)" },
-  { name = "murmur2-case3", file = "csrc/lua_kafka.c",
+  { name = "murmur2-case3", file = "csrc/crc.c",
     find = [[case 3: h ^= (uint32_t)d[i + 2] << 16;]],
     replace = [[case 3: h ^= (uint32_t)d[i + 1] << 16;]],
     spec = "spec/known_answers_spec.lua",
