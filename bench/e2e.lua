@@ -3,17 +3,26 @@
 -- as bench/rdkafka_bench.c.   lua5.4 bench/e2e.lua BROKERS TOPIC_PREFIX N RUNS SIZE [CODEC [MODE]]
 -- MODE: "idempotent" or "plain" (enable_idempotence true/false; the ops are then
 -- named produce_MODE / consume_MODE); without it the producer's default (idempotent).
+-- MODE "sasl_ssl" CA_PEM USER PASSWORD: the producer's default over SASL_SSL
+-- with SCRAM-SHA-512 (README: Security), ops named produce_sasl_ssl / consume_sasl_ssl.
 local kafka = require "kafka"
 local socket = require "socket"
 
 local brokers, prefix, n, runs, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5])
 local codec = arg[6] or "none"
 local mode = arg[7]
-assert(mode == nil or mode == "idempotent" or mode == "plain", "MODE: idempotent or plain")
+assert(mode == nil or mode == "idempotent" or mode == "plain" or mode == "sasl_ssl",
+  "MODE: idempotent, plain or sasl_ssl")
 local suffix = mode and ("_" .. mode) or ""
 local idem -- nil: the producer's default
 if mode == "plain" then idem = false elseif mode == "idempotent" then idem = true end
-local client = kafka.client.new { brokers = brokers, client_id = "bench" }
+local copts = { brokers = brokers, client_id = "bench" }
+if mode == "sasl_ssl" then
+  assert(arg[10], "sasl_ssl: CA_PEM USER PASSWORD")
+  copts.security_protocol, copts.sasl_mechanism = "SASL_SSL", "SCRAM-SHA-512"
+  copts.ssl_ca_location, copts.sasl_username, copts.sasl_password = arg[8], arg[9], arg[10]
+end
+local client = kafka.client.new(copts)
 -- values prepared up front (1,000 distinct ones, cycled): the bench
 -- measures the client, not Lua string building (the C peer snprintf()s)
 local pad = ("x"):rep(size)
