@@ -258,8 +258,9 @@ after a warm-up, all peers measured in the same run (`make bench`). Codec
 rows: messages per CPU-second, 10,000 messages per run. Floor: the same
 bytes through memcpy + compression + CRC-32C in C (bench/floor.c), what the
 hardware and libraries allow. End to end: wall clock against librdkafka's
-mock cluster (3 brokers, 200 partitions) on loopback.
-]]):format(cpu, lines("nproc"):gsub("%s+", ""), os.date("!%Y-%m-%d"))
+mock cluster (3 brokers, 200 partitions) on loopback. This run: BENCH_E2E_N=%d,
+BENCH_E2E_RUNS=%d.
+]]):format(cpu, lines("nproc"):gsub("%s+", ""), os.date("!%Y-%m-%d"), E2E_N, E2E_RUNS)
 local t = { header }
 if ALL then
   t[#t + 1] = "| operation | size | codec | lua-kafka Lua 5.4 | lua-kafka LuaJIT | peer | ratio (5.4/peer) | floor |"
