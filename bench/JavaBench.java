@@ -6,7 +6,10 @@
 // start, fetch.max.bytes 50 MB as its default, CRC checks on as default).
 // One producer and one consumer serve every round. Prints "produce\tSIZE\tCODEC\trate" and "consume\tSIZE\tCODEC\trate" per
 // measured round, as bench/e2e.lua does.
-//   java -cp ... JavaBench BOOTSTRAP TOPIC_PREFIX N RUNS SIZE CODEC
+//   java -cp ... JavaBench BOOTSTRAP TOPIC_PREFIX N RUNS SIZE CODEC [SASL_SSL CA_PEM USER PASSWORD]
+// With SASL_SSL both clients connect with TLS (the CA as a PEM trust store,
+// host name verification on, as default) and SASL SCRAM-SHA-512, and the
+// ops are named produce_sasl_ssl / consume_sasl_ssl.
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -30,6 +33,18 @@ public class JavaBench {
     public static void main(String[] a) throws Exception {
         String bs = a[0], prefix = a[1], codec = a[5];
         int n = Integer.parseInt(a[2]), runs = Integer.parseInt(a[3]), size = Integer.parseInt(a[4]);
+        Properties sec = new Properties();
+        String suffix = "";
+        if (a.length > 6) {
+            if (!a[6].equals("SASL_SSL") || a.length != 10) throw new IllegalArgumentException("expected SASL_SSL CA_PEM USER PASSWORD");
+            sec.put("security.protocol", "SASL_SSL");
+            sec.put("sasl.mechanism", "SCRAM-SHA-512");
+            sec.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + a[8] + "\" password=\"" + a[9] + "\";");
+            sec.put("ssl.truststore.type", "PEM");
+            sec.put("ssl.truststore.location", a[7]);
+            suffix = "_sasl_ssl";
+        }
         // 1,000 distinct values cycled, as bench/e2e.lua does
         byte[][] pool = new byte[1000][];
         for (int i = 0; i < 1000; i++) {
@@ -41,6 +56,7 @@ public class JavaBench {
         }
         Properties pp = new Properties();
         pp.put("bootstrap.servers", bs);
+        pp.putAll(sec);
         pp.put(ProducerConfig.ACKS_CONFIG, "all");
         pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         pp.put(ProducerConfig.BATCH_SIZE_CONFIG, "1048576");
@@ -51,6 +67,7 @@ public class JavaBench {
         pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bs);
+        cp.putAll(sec);
         cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
@@ -68,7 +85,7 @@ public class JavaBench {
                 p.flush();
                 long t1 = System.nanoTime();
                 if (failed.get() != 0) throw new IllegalStateException(failed.get() + " messages failed");
-                if (r > 0) System.out.printf("produce\t%d\t%s\t%.0f%n", size, codec, n / ((t1 - t0) / 1e9));
+                if (r > 0) System.out.printf("produce%s\t%d\t%s\t%.0f%n", suffix, size, codec, n / ((t1 - t0) / 1e9));
                 long got = 0;
                 t0 = System.nanoTime();
                 List<TopicPartition> tps = new ArrayList<>();
@@ -82,7 +99,7 @@ public class JavaBench {
                 }
                 t1 = System.nanoTime();
                 if (got != n) throw new IllegalStateException("consumed " + got + " of " + n);
-                if (r > 0) System.out.printf("consume\t%d\t%s\t%.0f%n", size, codec, got / ((t1 - t0) / 1e9));
+                if (r > 0) System.out.printf("consume%s\t%d\t%s\t%.0f%n", suffix, size, codec, got / ((t1 - t0) / 1e9));
                 System.out.flush();
             }
         }

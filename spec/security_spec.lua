@@ -291,12 +291,7 @@ describe("TLS and SASL, Kafka " .. version, function()
   end)
 
   slow_it("interoperates with Kafka's Java client on the same SASL_SSL listener (SCRAM-SHA-512)", function()
-    local props = {
-      ["security.protocol"] = "SASL_SSL", ["sasl.mechanism"] = "SCRAM-SHA-512",
-      ["sasl.jaas.config"] = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
-        .. 'password="alice-secret";',
-      ["ssl.truststore.type"] = "PEM", ["ssl.truststore.location"] = dir .. "/ca.pem",
-    }
+    local props = rt.java_sasl_ssl(k)
     local o = opts("SASL_SSL", creds("SCRAM-SHA-512"))
     local N = 200
     -- Java writes, lua-kafka reads
