@@ -301,6 +301,55 @@ for _, version in ipairs(rk.versions()) do
       assert.are.equal(3, markers)
     end)
 
+    it("\"latest\" with a transaction open: read_committed starts at the last stable offset, read_uncommitted at the "
+      .. "high watermark", function()
+      local topic = rt.uniq("eos-lso")
+      rt.create_topic(client, topic, 1, 1)
+      local plain = kafka.producer.new(client, { enable_idempotence = false, linger_ms = 1e9 })
+      for i = 1, 3 do assert(plain:send(topic, "plain-" .. i)) end
+      assert.are.equal(0, select(2, plain:flush())) -- offsets 0-2
+      local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+      assert(tp:init_transactions())
+      assert(tp:begin_transaction())
+      for i = 1, 4 do assert(tp:send(topic, "txn-" .. i)) end
+      assert.are.equal(0, select(2, tp:flush())) -- offsets 3-6, written, the transaction still open
+      assert.are.equal(3, assert(client:list_offsets(topic, 0, "latest", "read_committed")))
+      assert.are.equal(3, assert(client:list_offsets(topic, 0, -1, 1)))
+      assert.are.equal(7, assert(client:list_offsets(topic, 0, "latest", "read_uncommitted")))
+      assert.are.equal(7, assert(client:list_offsets(topic, 0, "latest")))
+      assert.has_error(function() client:list_offsets(topic, 0, "latest", "committed") end)
+      local function consumer(level, group)
+        return kafka.consumer.new(client, { isolation_level = level, group_id = group, auto_offset_reset = "latest",
+          fetch_max_wait_ms = 100, enable_auto_commit = false })
+      end
+      -- an explicit "latest", and a group member without a committed offset (auto_offset_reset)
+      local rc, rcg, ru = consumer("read_committed"), consumer("read_committed", rt.uniq("g")), consumer(0)
+      assert(rc:assign { { topic = topic, partition = 0, offset = "latest" } })
+      assert(rcg:assign { { topic = topic, partition = 0 } })
+      assert(ru:assign { { topic = topic, partition = 0, offset = "latest" } })
+      assert.are.equal(3, rc:position(topic, 0))
+      assert.are.equal(3, rcg:position(topic, 0))
+      assert.are.equal(7, ru:position(topic, 0))
+      assert.are.same({}, rc:poll(300)) -- nothing is stable past offset 3 yet
+      assert(tp:commit_transaction()) -- the commit marker at offset 7
+      local function read(c, n)
+        local got, deadline = {}, os.time() + 10
+        while #got < n and os.time() < deadline do
+          for _, m in ipairs(c:poll(200) or {}) do got[#got + 1] = m.offset .. "=" .. m.value end
+        end
+        for _, m in ipairs(c:poll(300) or {}) do got[#got + 1] = m.offset .. "=" .. m.value end -- nothing more
+        return got
+      end
+      local want = { "3=txn-1", "4=txn-2", "5=txn-3", "6=txn-4" }
+      assert.are.same(want, read(rc, 4))
+      assert.are.same(want, read(rcg, 4))
+      assert.are.same({}, read(ru, 0)) -- it started past them
+      assert.are.equal(8, assert(client:list_offsets(topic, 0, "latest", "read_committed")))
+      rc:close()
+      rcg:close()
+      ru:close()
+    end)
+
     it("a zombie is fenced by a new instance with the same transactional_id: code \"fenced\"", function()
       local topic = rt.uniq("eos-zombie")
       rt.create_topic(client, topic, 1, 1)

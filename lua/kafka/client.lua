@@ -518,16 +518,23 @@ end
 
 local TIMES = { latest = -1, earliest = -2 }
 
--- list_offsets(topic, partition, time) -> offset | nil, err, code.
--- time: "earliest", "latest", -2, -1, or a timestamp in ms (the first
--- offset whose timestamp is >= it; -1 when there is none).
-function _M:list_offsets(topic, partition, time)
+local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
+
+-- list_offsets(topic, partition, time [, isolation_level]) -> offset | nil,
+-- err, code. time: "earliest", "latest", -2, -1, or a timestamp in ms (the
+-- first offset whose timestamp is >= it; -1 when there is none).
+-- isolation_level: 0/"read_uncommitted" (default: "latest" is the high
+-- watermark) or 1/"read_committed" ("latest" is the last stable offset, the
+-- first offset of the oldest transaction not decided yet).
+function _M:list_offsets(topic, partition, time, isolation_level)
   if type(topic) ~= "string" then check.fail("list_offsets", "topic", "a string", topic) end
   check.partition("list_offsets", "partition", partition)
   local ts = TIMES[time] or (check.is_int(time) and time >= -2 and time) or nil
   if not ts then
     check.fail("list_offsets", "time", '"earliest", "latest" or a timestamp in ms', time)
   end
+  local level = ISOLATION[check.oneof("list_offsets", "isolation_level", isolation_level, 0,
+    { 0, 1, "read_uncommitted", "read_committed" })]
   return self:call(function(deadline)
     local c, err, code = self:route(topic, partition, deadline)
     if not c then return nil, err, code end
@@ -536,7 +543,7 @@ function _M:list_offsets(topic, partition, time)
     if not v then return nil, err, code end
     local part = { partition_index = partition, timestamp = ts, max_num_offsets = 1, current_leader_epoch = -1 }
     local resp
-    resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = 0,
+    resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = level,
       topics = { { name = topic, partitions = { part } } } }, { version = v, deadline = deadline })
     if not resp then return nil, err, code end
     local p = resp.topics and resp.topics[1] and resp.topics[1].partitions and resp.topics[1].partitions[1]

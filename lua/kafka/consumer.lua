@@ -118,7 +118,7 @@ function _M:_resolve(topic, partition, offset)
   end
   if offset == nil then offset = self.auto_offset_reset == "error" and "latest" or self.auto_offset_reset end
   if offset == "earliest" or offset == -2 or offset == "latest" or offset == -1 then
-    return self.client:list_offsets(topic, partition, offset)
+    return self.fetcher:list_offsets(topic, partition, offset)
   end
   return nil, "bad offset " .. tostring(offset), "invalid"
 end
@@ -388,7 +388,7 @@ function _M:_positions(errs)
         if self.auto_offset_reset == "error" then
           off, err, code = nil, ("no committed offset for %s/%d"):format(st.topic, st.partition), "no_offset"
         else
-          off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+          off, err, code = self.fetcher:list_offsets(st.topic, st.partition, self.auto_offset_reset)
         end
       end
       if off then

@@ -48,6 +48,14 @@ function _M.new(client, o)
   }, mt)
 end
 
+-- list_offsets(topic, partition, time) -> offset | nil, err, code: every
+-- offset this consumer resolves ("latest", "earliest", a reset) is asked
+-- at its isolation level: read_committed starts at the last stable offset,
+-- not past records whose transaction is still open.
+function _M:list_offsets(topic, partition, time)
+  return self.client:list_offsets(topic, partition, time, self.isolation_level)
+end
+
 -- state(topic, partition, offset) -> a new partition state (not added)
 function _M:new_state(topic, partition, offset)
   return { topic = topic, partition = partition, offset = offset, fetch_bytes = self.max_partition_fetch_bytes,
@@ -120,7 +128,7 @@ function _M:_partition_result(st, pr, out)
         return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range",
           ec
       end
-      local off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+      local off, err, code = self:list_offsets(st.topic, st.partition, self.auto_offset_reset)
       if not off then return nil, err, code end
       st.offset = off
       return true
