@@ -463,6 +463,74 @@ for _, version in ipairs(rk.versions()) do
       c:close()
     end)
 
+    it("the protocol the cluster offers: v2 without AddPartitionsToTxn and AddOffsetsToTxn, the epoch EndTxn "
+      .. "returns used next (4.x); v1 on 3.9", function()
+      local v2 = not version:match("^3%.") -- clusters formatted by Kafka 4.x finalize transaction.version 2
+      local topic, group = rt.uniq("eos-tv"), rt.uniq("g")
+      rt.create_topic(client, topic, 2, 1)
+      local d = drop.new()
+      local c2 = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, socket = d.factory }
+      local tp = kafka.producer.new(c2, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+      assert.is_nil(tp:stats().transaction_version)
+      assert(tp:init_transactions())
+      assert.are.equal(v2 and 2 or 0, c2:finalized_feature("transaction.version"))
+      assert.are.equal(v2 and 2 or 1, tp:stats().transaction_version)
+      local pid, epoch = tp.producer_id, tp.producer_epoch
+      local inits = d:count("InitProducerId") -- more than 1 when the coordinator was still loading
+      -- which requests went out (a retried one counts again: CONCURRENT_TRANSACTIONS
+      -- right after a transaction ended makes the next one's first request wait)
+      local function seen()
+        local p12, e5, o5 = 0, d:count("EndTxn", 5), d:count("TxnOffsetCommit", 5)
+        for v = 12, 20 do p12 = p12 + d:count("Produce", v) end
+        return { AddPartitionsToTxn = d:count("AddPartitionsToTxn") > 0, AddOffsetsToTxn = d:count("AddOffsetsToTxn") > 0,
+          produce_v12 = p12 > 0, produce_v11 = d:count("Produce") - p12 > 0, end_v5 = e5 > 0,
+          end_v4 = d:count("EndTxn") - e5 > 0, offsets_v5 = o5 > 0, offsets_v4 = d:count("TxnOffsetCommit") - o5 > 0,
+          InitProducerId = d:count("InitProducerId") - inits }
+      end
+      local want_seen = { AddPartitionsToTxn = not v2, AddOffsetsToTxn = not v2, produce_v12 = v2, produce_v11 = not v2,
+        end_v5 = v2, end_v4 = not v2, offsets_v5 = v2, offsets_v4 = not v2, InitProducerId = 0 }
+      -- 1: committed, with the group's offsets
+      assert(tp:begin_transaction())
+      for i = 1, 6 do assert(tp:send(topic, "c1-" .. i, { partition = i % 2 })) end
+      assert(tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 5 } }, group))
+      assert(tp:commit_transaction())
+      local n = v2 and 1 or 0
+      assert.are.same(want_seen, seen())
+      assert.are.equal(pid, tp.producer_id)
+      assert.are.equal(epoch + n, tp.producer_epoch) -- v2: the coordinator bumped it, EndTxn said so
+      -- 2: written, then aborted; 3: committed under the epoch the abort returned
+      assert(tp:begin_transaction())
+      for i = 1, 4 do assert(tp:send(topic, "a2-" .. i, { partition = i % 2 })) end
+      assert.are.equal(0, select(2, tp:flush()))
+      assert(tp:abort_transaction())
+      assert.are.equal(epoch + 2 * n, tp.producer_epoch)
+      assert(tp:begin_transaction())
+      for i = 1, 4 do assert(tp:send(topic, "c3-" .. i, { partition = i % 2 })) end
+      assert(tp:commit_transaction())
+      assert.are.equal(epoch + 3 * n, tp.producer_epoch)
+      assert.are.same(want_seen, seen())
+      -- each transaction's batches carry the epoch it ran under
+      local epochs = {}
+      for _, b in ipairs(rt.stored_batches(client, topic, 0)) do
+        if not b.control then epochs[#epochs + 1] = b.producer_epoch end
+      end
+      assert.are.same({ epoch, epoch + n, epoch + 2 * n }, epochs)
+      local want = {}
+      for i = 1, 6 do want[#want + 1] = "c1-" .. i end
+      for i = 1, 4 do want[#want + 1] = "c3-" .. i end
+      assert.are.same(sorted(want), committed_values(client, topic, 2, 10))
+      local c = kafka.consumer.new(client, { group_id = group })
+      local got
+      for _ = 1, 50 do -- the commit's markers reach the offsets topic just after EndTxn
+        got = assert(c:committed { { topic = topic, partition = 0 } })[1].offset
+        if got == 5 then break end
+        client.sleep(100)
+      end
+      assert.are.equal(5, got)
+      c:close()
+      c2:close()
+    end)
+
     it("misuse raises; the state machine is visible", function()
       local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid") })
       assert.are.equal("uninitialized", tp:transaction_state())
@@ -497,6 +565,7 @@ for _, version in ipairs(rk.versions()) do
         local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9,
           compression = "zstd" })
         assert(tp:init_transactions())
+        assert.are.equal(version:match("^3%.") and 1 or 2, tp:stats().transaction_version)
         assert(tp:begin_transaction())
         for i = 1, 12 do assert(tp:send(topic, "ok-" .. i, { partition = i % 2 })) end
         assert(tp:commit_transaction())
