@@ -543,6 +543,75 @@ for _, version in ipairs(rk.versions()) do
       assert.has_error(function() kafka.producer.new(client):begin_transaction() end)
     end)
 
+    if version == rk.main() and not require("support.helpers").lite() and not version:match("^3%.") then
+      it("transaction.version 1 on a 4.x cluster: v1 (Produce v11); finalized 2 later, the producer moves to v2 at the "
+        .. "end of a transaction, with an epoch bump", function()
+        -- the feature, changed at run time (UpdateFeatures) and put back to 2 whatever happens
+        local function set_tv(level)
+          local a = kafka.client.new { brokers = k.bootstrap.PLAINTEXT }
+          local resp = assert(assert(a:any_broker()):request(proto.api.UpdateFeatures, { timeout_ms = 30000,
+            feature_updates = { { feature = "transaction.version", max_version_level = level,
+              upgrade_type = level < 2 and 2 or 1 } } })) -- 2: SAFE_DOWNGRADE, 1: UPGRADE
+          a:close()
+          assert.are.equal(E.NONE, resp.error_code, resp.error_message)
+          for _, r in ipairs(resp.results or {}) do assert.are.equal(E.NONE, r.error_code, r.error_message) end -- v0-1
+          for _ = 1, 100 do -- until a new connection's ApiVersions tells it
+            local b = kafka.client.new { brokers = k.bootstrap.PLAINTEXT }
+            assert(b:any_broker())
+            local got = b:finalized_feature("transaction.version")
+            b:close()
+            if got == level then return end
+            client.sleep(100)
+          end
+          error("transaction.version " .. level .. " not seen in 10 s")
+        end
+        set_tv(1)
+        finally(function() set_tv(2) end)
+        local topic = rt.uniq("eos-tv1")
+        rt.create_topic(client, topic, 1, 1)
+        local d = drop.new()
+        local c2 = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, socket = d.factory }
+        local tp = kafka.producer.new(c2, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+        assert(tp:init_transactions())
+        assert.are.equal(1, c2:finalized_feature("transaction.version"))
+        assert.are.equal(1, tp:stats().transaction_version)
+        local epoch, inits = tp.producer_epoch, d:count("InitProducerId")
+        local function produce_v12()
+          local n = 0
+          for v = 12, 20 do n = n + d:count("Produce", v) end
+          return n
+        end
+        local function txn(tag)
+          assert(tp:begin_transaction())
+          for i = 1, 3 do assert(tp:send(topic, tag .. i)) end
+          assert(tp:commit_transaction())
+        end
+        txn("t1-")
+        -- the broker offers Produce v12 and EndTxn v5, but the cluster's transactions are v1
+        assert.are.same({ 0, true, 0, true }, { produce_v12(), d:count("AddPartitionsToTxn") > 0, d:count("EndTxn", 5),
+          d:count("EndTxn", 4) > 0 })
+        assert.are.same({ 1, epoch }, { tp:stats().transaction_version, tp.producer_epoch })
+        set_tv(2)
+        c2:close() -- the producer's connections see the new level once they reconnect (Java's do the same)
+        txn("t2-") -- begun under v1: ends under v1, then the epoch is bumped for v2
+        -- (InitProducerId may be sent more than once: CONCURRENT_TRANSACTIONS while the commit's markers are written)
+        assert.are.same({ 0, true, 2, epoch + 1 }, { produce_v12(), d:count("InitProducerId") > inits,
+          tp:stats().transaction_version, tp.producer_epoch })
+        local adds = d:count("AddPartitionsToTxn")
+        txn("t3-")
+        assert.are.same({ 1, adds, 1, epoch + 2 }, { produce_v12(), d:count("AddPartitionsToTxn"), d:count("EndTxn", 5),
+          tp.producer_epoch })
+        local epochs = {}
+        for _, b in ipairs(rt.stored_batches(client, topic, 0)) do
+          if not b.control then epochs[#epochs + 1] = b.producer_epoch end
+        end
+        assert.are.same({ epoch, epoch, epoch + 1 }, epochs)
+        assert.are.same(sorted { "t1-1", "t1-2", "t1-3", "t2-1", "t2-2", "t2-3", "t3-1", "t3-2", "t3-3" },
+          committed_values(client, topic, 1, 9))
+        c2:close()
+      end)
+    end
+
     if version == rk.main() then
       it("Java interop: a Java transactional producer's aborted messages are invisible to our read_committed consumer", function()
         local topic = rt.uniq("eos-java-in")

@@ -1339,8 +1339,10 @@ function _M:send_offsets_to_transaction(offsets, gm)
       local c, cerr, ccode, ckcode, cretr = client:find_coordinator(gm.group_id, 0, deadline)
       if not c then return nil, cerr, ccode, ckcode, cretr end
       local v
-      v, cerr, ccode = c:version(API.TxnOffsetCommit, v2 and 5 or 4)
+      v, cerr, ccode = c:version(API.TxnOffsetCommit)
       if not v then return nil, cerr, ccode end
+      local cap = v2 and 5 or 4 -- v5: the group coordinator adds the offsets to the transaction (v2 only)
+      if v > cap then v = cap end
       if v2 and v < 5 then
         return nil, ("%s: TxnOffsetCommit v%d cannot add offsets to a transaction v2 (v5+)"):format(c:name(), v),
           "fatal", nil, false
