@@ -531,6 +531,36 @@ for _, version in ipairs(rk.versions()) do
       c2:close()
     end)
 
+    it("a message in doubt (its answer lost, no retries left) makes the transaction abortable; the abort bumps the "
+      .. "epoch (v1: InitProducerId, v2: EndTxn)", function()
+      local v2 = not version:match("^3%.")
+      local topic = rt.uniq("eos-doubt")
+      rt.create_topic(client, topic, 1, 1)
+      local d = drop.new()
+      local c2 = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, socket = d.factory, retry_backoff_ms = 10 }
+      local tp = kafka.producer.new(c2, { transactional_id = rt.uniq("tid"), linger_ms = 1e9, max_retries = 0 })
+      assert(tp:init_transactions())
+      local epoch, inits = tp.producer_epoch, d:count("InitProducerId")
+      assert(tp:begin_transaction())
+      assert(tp:send(topic, "in-doubt"))
+      d:drop_produce(1)
+      local reports, failed = tp:flush()
+      assert.are.same({ 1, 1, "network" }, { d.dropped, failed, reports[1].code })
+      assert.are.equal("abortable_error", (tp:transaction_state()))
+      local ends = d:count("EndTxn")
+      assert(tp:abort_transaction())
+      assert.are.equal("ready", (tp:transaction_state()))
+      -- v1: EndTxn, then InitProducerId (sent again while the abort's markers are written: CONCURRENT_TRANSACTIONS)
+      assert.are.same({ epoch + 1, 1, not v2 }, { tp.producer_epoch, d:count("EndTxn") - ends,
+        d:count("InitProducerId") > inits })
+      assert(tp:begin_transaction())
+      assert(tp:send(topic, "after"))
+      assert(tp:commit_transaction())
+      assert.are.same({ "after" }, committed_values(client, topic, 1, 1))
+      assert.are.same({ "in-doubt", "after" }, read_values(client, topic, 1, 2, 0)) -- it was written, then aborted
+      c2:close()
+    end)
+
     it("misuse raises; the state machine is visible", function()
       local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid") })
       assert.are.equal("uninitialized", tp:transaction_state())

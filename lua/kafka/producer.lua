@@ -1372,27 +1372,19 @@ function _M:send_offsets_to_transaction(offsets, gm)
   return true
 end
 
--- EndTxn (committed or not). v1: an aborted transaction whose producer
--- state is in doubt (a message given up after it was sent) ends with an
--- epoch bump instead (InitProducerId with the current id and epoch,
--- KIP-360), which aborts it and restarts the sequences. v2: EndTxn v5
--- bumps the epoch every time and its answer has the id and epoch to use.
--- Then the protocol of the next transaction is read again.
+-- EndTxn (committed or not; none when nothing was added), then the
+-- protocol of the next transaction is read again. v2: EndTxn v5 bumps the
+-- epoch every time and its answer has the id and epoch to use. v1: after
+-- an abort whose producer state is in doubt (a message given up after it
+-- was sent), and before a move to v2, the epoch is bumped (InitProducerId
+-- with the current id and epoch, KIP-360): after the EndTxn, as Kafka's
+-- Java client does - an InitProducerId while the transaction is open
+-- aborts it with a new epoch, and its own retry is then refused as fenced.
 function _M:_end_txn(commit)
   local touched = self.txn_has_offsets or next(self.txn_parts) ~= nil
   local v2 = self.txn_version == 2
-  local ok, err, code, kcode
-  if not commit and self.need_bump and not v2 then
-    ok, err, code, kcode = self:_txn_call(API.InitProducerId, function(v)
-      if v < 3 then
-        return nil, "a message of the aborted transaction is in doubt and the transaction coordinator's "
-          .. "InitProducerId (v" .. v .. ") cannot bump the epoch (v3+, Kafka 2.5+)", "fatal"
-      end
-      return { transactional_id = self.transactional_id, transaction_timeout_ms = self.transaction_timeout_ms,
-        producer_id = self.producer_id, producer_epoch = self.producer_epoch }
-    end, nil, self:_top_error("InitProducerId (epoch bump) " .. self.transactional_id))
-    if ok then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
-  elseif touched then
+  local ok, err, code, kcode = true, nil, nil, nil
+  if touched then
     ok, err, code, kcode = self:_txn_call(API.EndTxn, function(v)
       if v2 and v < 5 then
         return nil, "the transaction coordinator's EndTxn (v" .. v .. ") cannot end a transaction v2 (v5+)", "fatal"
@@ -1402,25 +1394,24 @@ function _M:_end_txn(commit)
     end, v2 and 5 or 4, self:_top_error((commit and "EndTxn (commit) " or "EndTxn (abort) ") .. self.transactional_id))
     -- v5: the next transaction's producer id and epoch (-1 before v5)
     if ok and ok.producer_id and ok.producer_id >= 0 then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
-  else
-    ok = true -- nothing was added: nothing to end
   end
-  if ok then
-    local next_v = self:_cluster_txn_version()
-    if next_v == 2 and not v2 then
-      -- from v1 to v2: a new epoch first, so no partition added under v1 counts as added
-      ok, err, code, kcode = self:_txn_call(API.InitProducerId, function()
-        return { transactional_id = self.transactional_id, transaction_timeout_ms = self.transaction_timeout_ms,
-          producer_id = self.producer_id, producer_epoch = self.producer_epoch }
-      end, nil, self:_top_error("InitProducerId (epoch bump for transactions v2) " .. self.transactional_id))
-      if ok then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
-    end
-    if ok then self.txn_version = next_v end
+  local next_v = ok and self:_cluster_txn_version()
+  if ok and not v2 and ((not commit and self.need_bump) or next_v == 2) then
+    ok, err, code, kcode = self:_txn_call(API.InitProducerId, function(v)
+      if v < 3 then
+        return nil, "the transaction coordinator's InitProducerId (v" .. v .. ") cannot bump the epoch (v3+, Kafka "
+          .. "2.5+), which a message in doubt needs", "fatal"
+      end
+      return { transactional_id = self.transactional_id, transaction_timeout_ms = self.transaction_timeout_ms,
+        producer_id = self.producer_id, producer_epoch = self.producer_epoch }
+    end, nil, self:_top_error("InitProducerId (epoch bump) " .. self.transactional_id))
+    if ok then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
   end
   if not ok then
     if code == "fenced" or code == "fatal" then self:_txn_error("fatal_error", err, code, kcode) end
     return nil, err, code, kcode
   end
+  self.txn_version = next_v
   self.txn_state, self.txn_error, self.txn_parts, self.txn_has_offsets = "ready", nil, {}, false
   return true
 end
