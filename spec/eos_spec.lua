@@ -529,6 +529,19 @@ for _, version in ipairs(rk.versions()) do
       assert.are.equal(5, got)
       c:close()
       c2:close()
+      if v2 then -- a client whose max_versions keep Produce below v12 uses v1 on a v2 cluster
+        local t3 = rt.uniq("eos-tv-capped")
+        rt.create_topic(client, t3, 1, 1)
+        local c3 = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, max_versions = { Produce = 11 } }
+        local tp3 = kafka.producer.new(c3, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+        assert(tp3:init_transactions())
+        assert.are.equal(1, tp3:stats().transaction_version)
+        assert(tp3:begin_transaction())
+        assert(tp3:send(t3, "capped"))
+        assert(tp3:commit_transaction())
+        assert.are.same({ "capped" }, committed_values(client, t3, 1, 1))
+        c3:close()
+      end
     end)
 
     it("a message in doubt (its answer lost, no retries left) makes the transaction abortable; the abort bumps the "

@@ -508,10 +508,11 @@ function _M:group(items, deadline, pool)
   return groups, failed
 end
 
--- finalized_feature(name) -> the level the cluster has finalized for a
--- feature (0 when none, e.g. before Kafka 3.x or with the feature off), as
--- the connection whose ApiVersions answer had the newest feature epoch
--- tells it (the view Kafka's Java client takes, ApiVersions.java).
+-- finalized_feature(name) -> level, connection: the level the cluster has
+-- finalized for a feature (0 when none, e.g. before Kafka 3.x or with the
+-- feature off), as the connection whose ApiVersions answer had the newest
+-- feature epoch tells it (the view Kafka's Java client takes,
+-- ApiVersions.java); that connection (nil when none has told).
 function _M:finalized_feature(name)
   local best, epoch = nil, -math.huge
   for _, set in ipairs { self.conns, self.boot_conns } do
@@ -519,7 +520,7 @@ function _M:finalized_feature(name)
       if c.finalized_features and c.features_epoch > epoch then best, epoch = c, c.features_epoch end
     end
   end
-  return best and best.finalized_features[name] or 0
+  return best and best.finalized_features[name] or 0, best
 end
 
 -- invalidate(topic): forget cached metadata so the next lookup refreshes.

@@ -1197,10 +1197,17 @@ function _M:init_transactions()
   return true
 end
 
--- The transaction protocol the cluster offers now: 2 where it has
--- finalized transaction.version >= 2, else 1.
+-- The transaction protocol to use now: 2 where the cluster has finalized
+-- transaction.version >= 2 and the versions v2 needs are not capped away
+-- (max_versions: Produce v12, TxnOffsetCommit v5, EndTxn v5), else 1.
 function _M:_cluster_txn_version()
-  return self.client:finalized_feature("transaction.version") >= 2 and 2 or 1
+  local level, c = self.client:finalized_feature("transaction.version")
+  if level < 2 then return 1 end
+  for api, min in pairs { [API.Produce] = 12, [API.TxnOffsetCommit] = 5, [API.EndTxn] = 5 } do
+    local v = c:version(api)
+    if not v or v < min then return 1 end
+  end
+  return 2
 end
 
 -- begin_transaction() -> true | nil, err, code
