@@ -330,14 +330,14 @@ for _, version in ipairs(rk.versions()) do
       assert.are.equal(3, rc:position(topic, 0))
       assert.are.equal(3, rcg:position(topic, 0))
       assert.are.equal(7, ru:position(topic, 0))
-      assert.are.same({}, rc:poll(300)) -- nothing is stable past offset 3 yet
+      assert.are.same({}, rc:poll(200)) -- nothing is stable past offset 3 yet
       assert(tp:commit_transaction()) -- the commit marker at offset 7
       local function read(c, n)
         local got, deadline = {}, os.time() + 10
         while #got < n and os.time() < deadline do
           for _, m in ipairs(c:poll(200) or {}) do got[#got + 1] = m.offset .. "=" .. m.value end
         end
-        for _, m in ipairs(c:poll(300) or {}) do got[#got + 1] = m.offset .. "=" .. m.value end -- nothing more
+        for _, m in ipairs(c:poll(150) or {}) do got[#got + 1] = m.offset .. "=" .. m.value end -- nothing more
         return got
       end
       local want = { "3=txn-1", "4=txn-2", "5=txn-3", "6=txn-4" }
