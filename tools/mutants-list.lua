@@ -276,4 +276,10 @@ return {
     replace = [[if ok and not v2 and next_v == 2 then]],
     spec = "spec/eos_spec.lua", filter = "in doubt", env = { KAFKA_VERSIONS = "3.9.1" },
     promise = "transactions v1: an abort with a message in doubt bumps the epoch after EndTxn (KIP-360)" },
+  { name = "txn-produce-epoch-fatal", file = "lua/kafka/producer.lua",
+    find = [[        elseif self.transactional_id and ec == errors.INVALID_PRODUCER_EPOCH then]],
+    replace = [[        elseif false then]],
+    spec = "spec/eos_spec.lua", filter = "coordinator timed out", env = K,
+    promise = "INVALID_PRODUCER_EPOCH on a transactional Produce is abortable (KIP-588): a timed-out "
+      .. "transaction is aborted and the producer goes on (v2)" },
 }

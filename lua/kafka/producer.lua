@@ -835,6 +835,11 @@ function _M:_settle(s, resp, err, code)
             self.need_bump = true
             self:_retry(topic, partition, batch, msg, "retriable", ec)
           end
+        elseif self.transactional_id and ec == errors.INVALID_PRODUCER_EPOCH then
+          -- a transaction the coordinator ended (its timeout) or a newer
+          -- instance's epoch: abortable, as the Java client takes it
+          -- (KIP-588); the abort's EndTxn tells fenced from timed out
+          self:_fail(topic, partition, batch, msg, "abortable", ec)
         elseif self.idempotent and FENCED[ec] then
           self:_txn_error("fatal_error", msg .. " (another producer with this id took over)", "fenced", ec)
           self:_fail(topic, partition, batch, msg, "fenced", ec)
@@ -1053,8 +1058,10 @@ end
 -- -> commit_transaction() ("committing") or abort_transaction() ("aborting")
 -- -> "ready". A failed message, a refused AddPartitionsToTxn or offsets
 -- commit makes it "abortable_error" (abort_transaction() and go on); a
--- newer producer with the same transactional_id (PRODUCER_FENCED,
--- INVALID_PRODUCER_EPOCH) or an authorization failure makes it
+-- newer producer with the same transactional_id (PRODUCER_FENCED;
+-- INVALID_PRODUCER_EPOCH from the coordinator - from a partition leader it
+-- is abortable, KIP-588: the coordinator may have timed the transaction
+-- out, and the abort's EndTxn tells) or an authorization failure makes it
 -- "fatal_error": every call then returns nil, err, "fenced" (or "fatal").
 --
 -- Two protocols, as Kafka's Java client picks them (TransactionManager's
