@@ -182,8 +182,20 @@ local function exactly_once_problems(counts)
   return { missing = missing, duplicated = dup, unknown = extra }
 end
 
+-- The consumer protocol's session timeout is the group's, the broker's
+-- 10 s unless the group sets one: 6 s (the brokers' minimum), so a killed
+-- member's partitions move sooner.
+local function group_session_timeout(client, group, ms)
+  local c = assert(client:any_broker())
+  local resp = assert(c:request(kafka.proto.api_key("IncrementalAlterConfigs"), { validate_only = false,
+    resources = { { resource_type = 32, resource_name = group,
+      configs = { { name = "consumer.session.timeout.ms", config_operation = 0, value = tostring(ms) } } } } }))
+  local r = resp.responses[1]
+  assert(r.error_code == 0, tostring(r.error_message))
+end
+
 local version = rk.main()
-local protocols = { "classic" }
+local protocols = { "classic", "consumer" }
 
 describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(version), function()
   if H.lite() or not version then return end
@@ -203,6 +215,7 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
       rt.create_topic(client, input, IN_PARTS, 1)
       rt.create_topic(client, output, OUT_PARTS, 1)
       local group = rt.uniq("eosl-g")
+      if protocol == "consumer" then group_session_timeout(client, group, 6000) end
       local feed = kafka.producer.new(client, { linger_ms = 5 })
       local fed = 0
       local function produce_chunk()
@@ -267,7 +280,7 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
             local t, n = line:match("^COMMIT (%S+) (%d+)")
             if t then committed_n[t] = tonumber(n) end
             t = line:match("^ABORT (%S+)")
-            if t then aborted[#aborted + 1] = line end
+            if t then aborted[t] = true end
           end
         end
 
@@ -286,6 +299,7 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
           by_tag[t] = (by_tag[t] or 0) + 1
         end
         for t, n in pairs(committed_n) do assert.are.equal(n, by_tag[t], "committed round " .. t) end
+        for t in pairs(aborted) do assert.is_nil(by_tag[t], "aborted round " .. t) end
         local killed = {}
         for _, w in ipairs(ws.all) do if w.killed then killed[w.tag] = true end end
         for t in pairs(by_tag) do
@@ -307,28 +321,24 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
         end
         assert.is_true(#all > #ours)
 
-        -- Kafka's Java client at read_committed reads the same records
-        local lines = rk.java({ "consume", output, N, 60, "read_committed" }, { bootstrap = k.bootstrap.PLAINTEXT })
-        local java, java_pos = {}, {}
-        for _, line in ipairs(lines) do
-          local part, off, vh = line:match("^REC (%d+) (%d+) %-?%d+ %-?%d+ %S+ (%S+)")
-          if vh then
-            java[#java + 1] = rk.unhex(vh)
-            java_pos[#java_pos + 1] = part .. "/" .. off .. "/" .. java[#java]
+        -- Kafka's Java client at read_committed reads the same records (once:
+        -- the output's transactions look the same with either group protocol)
+        if protocol == "classic" then
+          local lines = rk.java({ "consume", output, N, 60, "read_committed" }, { bootstrap = k.bootstrap.PLAINTEXT })
+          local java, java_pos = {}, {}
+          for _, line in ipairs(lines) do
+            local part, off, vh = line:match("^REC (%d+) (%d+) %-?%d+ %-?%d+ %S+ (%S+)")
+            if vh then
+              java[#java + 1] = rk.unhex(vh)
+              java_pos[#java_pos + 1] = part .. "/" .. off .. "/" .. java[#java]
+            end
           end
+          assert.are.same({ missing = {}, duplicated = {}, unknown = {} }, exactly_once_problems(id_counts(java)))
+          assert.are.equal(N, #java)
+          local our_pos = {}
+          for i, m in ipairs(ours) do our_pos[i] = m.partition .. "/" .. m.offset .. "/" .. m.value end
+          assert.are.same(rt.sorted(our_pos), rt.sorted(java_pos))
         end
-        assert.are.same({ missing = {}, duplicated = {}, unknown = {} }, exactly_once_problems(id_counts(java)))
-        assert.are.equal(N, #java)
-        local our_pos = {}
-        for i, m in ipairs(ours) do our_pos[i] = m.partition .. "/" .. m.offset .. "/" .. m.value end
-        assert.are.same(rt.sorted(our_pos), rt.sorted(java_pos))
-        print(("eos loop (%s): %d rounds committed, %d aborted by errors, %d read_uncommitted, kills: %s"):format(
-          protocol, (function() local n = 0 for _ in pairs(committed_n) do n = n + 1 end return n end)(), #aborted,
-          #all, table.concat((function()
-            local t = {}
-            for _, w in ipairs(ws.all) do if w.killed then t[#t + 1] = w.tag end end
-            return t
-          end)(), ",")))
       end)
       ws.kill_all()
       if not ok then

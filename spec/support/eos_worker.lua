@@ -78,7 +78,8 @@ if not ok then
 end
 local c = kafka.consumer.new(client, { group_id = group_id, group_protocol = protocol,
   isolation_level = "read_committed", enable_auto_commit = false, auto_offset_reset = "earliest",
-  max_poll_records = 500, fetch_max_wait_ms = 100, session_timeout_ms = 6000, heartbeat_interval_ms = 500 })
+  max_poll_records = 500, max_partition_fetch_bytes = 4096, fetch_max_wait_ms = 100, session_timeout_ms = 3000,
+  heartbeat_interval_ms = 500 })
 assert(c:subscribe { input })
 say("READY")
 
