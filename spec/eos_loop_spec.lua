@@ -13,7 +13,7 @@ local H = require "support.helpers"
 local rk = require "support.realkafka"
 local rt = require "support.realtools"
 
-local N, CHUNKS, IN_PARTS, OUT_PARTS = 20000, 5, 6, 3
+local N, CHUNKS, IN_PARTS, OUT_PARTS = 18000, 6, 6, 3
 
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/") or "."
 
@@ -194,6 +194,10 @@ local function group_session_timeout(client, group, ms)
   assert(r.error_code == 0, tostring(r.error_message))
 end
 
+-- a stall past the session timeout: 3 s (eos_worker.lua's
+-- session_timeout_ms) on classic, 6 s (group_session_timeout) on consumer
+local STALL_MS = { classic = 5000, consumer = 8000 }
+
 local version = rk.main()
 local protocols = { "classic", "consumer" }
 
@@ -236,14 +240,26 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
         -- a transaction (the first worker there claims the hold), or at a
         -- moment after a BEGIN chosen by a seeded generator
         local rng = H.rng(14)
-        local plan = { "sent", "offsets", "moment", "sent" }
-        local held = {}
+        local plan = { "sent", "stall", "offsets", "moment", "sent" }
+        local held, stalled = {}, nil
         for step, how in ipairs(plan) do
           local live = { ws.by_slot[1], ws.by_slot[2] }
           local seen = {}
           for _, w in ipairs(live) do seen[w] = #ws.lines(w) end
           local victim
-          if how == "moment" then
+          if how == "stall" then
+            -- past the member's session timeout: the group gives its
+            -- partitions to the other worker, whose transactions take the
+            -- same input; the stalled one's offsets commit is refused (its
+            -- generation is gone, KIP-447) and it aborts
+            write_file(ws.ctl .. ".hold", "stall " .. STALL_MS[protocol])
+            produce_chunk()
+            local w, caps, at = ws.wait_line(live, "^STALL (%S+) (%d+)", 60, seen)
+            os.remove(ws.ctl .. ".hold." .. w.tag)
+            local _, res = ws.wait_line({ w }, "^(%u+) " .. caps[1]:gsub("%p", "%%%0") .. " (.*)", 60,
+              { [w] = at })
+            stalled = { tag = caps[1], n = tonumber(caps[2]), result = res[1], why = res[2] }
+          elseif how == "moment" then
             produce_chunk()
             local w = ws.wait_line(live, "^BEGIN ", 60, seen)
             socket.sleep(rng.int(0, 300) / 1000)
@@ -257,9 +273,11 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
             victim = w
             os.remove(ws.ctl .. ".hold." .. w.tag)
           end
-          ws.kill(victim)
-          local again = ws.start(victim.slot)
-          ws.wait_line({ again }, "^READY", 60)
+          if victim then
+            ws.kill(victim)
+            local again = ws.start(victim.slot)
+            ws.wait_line({ again }, "^READY", 60)
+          end
         end
         -- every input committed: the group's offsets reach the end of the input
         local deadline = socket.gettime() + 120
@@ -320,6 +338,10 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
           assert.is_nil(by_tag[h.tag])
         end
         assert.is_true(#all > #ours)
+        assert.are.equal("ABORT", stalled.result, stalled.why)
+        assert.matches("^abortable TxnOffsetCommit .*: UNKNOWN_MEMBER_ID", stalled.why)
+        assert.are.equal(stalled.n, all_by_tag[stalled.tag])
+        assert.is_nil(by_tag[stalled.tag])
 
         -- Kafka's Java client at read_committed reads the same records (once:
         -- the output's transactions look the same with either group protocol)

@@ -11,13 +11,16 @@
 --   READY                            subscribed, init_transactions done
 --   BEGIN <tag> <n>                  a transaction for n polled messages
 --   HOLD <point> <tag> <n>           stopped inside the transaction (see CTL)
+--   STALL <tag> <n>                  sleeping inside the transaction (see CTL)
 --   COMMIT <tag> <n>                 committed
 --   ABORT <tag> <code> <err>         aborted (a rebalance, a refused offsets commit), positions rewound
 --   POLLERR <code> <err>
 --   DONE                             CTL.stop seen: consumer and producer closed
 -- CTL is a path prefix: while the file CTL.hold holds a point's name
 -- ("sent": the transaction's messages are in the log; "offsets": its
--- offsets were sent too), the worker stops there and waits to be killed;
+-- offsets were sent too), the first worker there stops and waits to be
+-- killed; "stall MS" at "sent": it sleeps MS (no heartbeats: a zombie
+-- member once its session times out), then goes on (STALL <tag> <n>);
 -- CTL.stop ends the loop. The worker exits by itself when PARENT_PID is
 -- gone or after 300 s.
 local root = arg[0]:match("^(.*)/spec/support/")
@@ -54,12 +57,14 @@ local function spec_alive()
   return ok == true or ok == 0
 end
 
--- true when CTL.hold names this point and this worker claimed it (renamed
--- it to CTL.hold.TAG: one worker holds per hold file)
+-- CTL.hold's words after the point's name ("" for none) when the file
+-- names this point and this worker claimed it (renamed it to CTL.hold.TAG:
+-- one worker takes each hold file), else nil
 local function claim(point)
   local h = read_file(ctl .. ".hold")
-  if not h or h:match("^%S+") ~= point then return false end
-  return os.rename(ctl .. ".hold", ctl .. ".hold." .. tag) and true or false
+  if not h or h:match("^%S+") ~= point then return nil end
+  if not os.rename(ctl .. ".hold", ctl .. ".hold." .. tag) then return nil end
+  return h:match("^%S+%s*(.-)%s*$")
 end
 
 -- waits for the SIGKILL
@@ -76,6 +81,7 @@ if not ok then
   say("FATAL", tostring(code), tostring(err))
   os.exit(2)
 end
+-- small fetches (4 KiB a partition): many rounds of a few hundred messages
 local c = kafka.consumer.new(client, { group_id = group_id, group_protocol = protocol,
   isolation_level = "read_committed", enable_auto_commit = false, auto_offset_reset = "earliest",
   max_poll_records = 500, max_partition_fetch_bytes = 4096, fetch_max_wait_ms = 100, session_timeout_ms = 3000,
@@ -109,6 +115,12 @@ local function round(ms, gm, t)
   if claim("sent") then
     p:flush()
     hold("sent", t, #ms)
+  end
+  local stall = claim("stall")
+  if stall then -- a member that stops polling: the group moves on without it
+    p:flush()
+    say("STALL", t, #ms)
+    socket.sleep(tonumber(stall) / 1000)
   end
   local offsets = {}
   for i, o in ipairs(order) do offsets[i] = { topic = o.topic, partition = o.partition, offset = next_offset[o.k] } end
