@@ -373,3 +373,59 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
     end)
   end
 end)
+
+-- KIP-447: offsets a transaction sent but has not ended are not the group's
+-- committed offsets yet. A consumer asks with require_stable (as Kafka's
+-- Java consumer does) and waits while the transaction is open; without it a
+-- member taking over a partition starts from the offset before, reads that
+-- transaction's input again once it commits and writes its output twice.
+-- Cheap (a second or two): every tier.
+describe("committed offsets while a transaction holds offsets for them, on Kafka " .. tostring(version), function()
+  if not version then return end
+  it("committed() and a member's start position wait for the transaction; then its offsets", function()
+    local k = rk.cluster(version, 1)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "spec-eos-stable" }
+    local quick = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, default_api_timeout_ms = 1500 }
+    finally(function()
+      client:close()
+      quick:close()
+    end)
+    local topic, group = rt.uniq("eosl-stable"), rt.uniq("eosl-stable-g")
+    rt.create_topic(client, topic, 1, 1)
+    local feed = kafka.producer.new(client)
+    for i = 1, 10 do assert(feed:send(topic, "m" .. i)) end
+    assert.are.equal(0, select(2, feed:flush()))
+    local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid") })
+    assert(tp:init_transactions())
+    local tpl = { { topic = topic, partition = 0 } }
+    assert(tp:begin_transaction())
+    assert(tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 3 } }, group))
+    assert(tp:commit_transaction())
+    local c = kafka.consumer.new(quick, { group_id = group, isolation_level = "read_committed" })
+    assert.are.equal(3, assert(c:committed(tpl))[1].offset) -- the markers may still be on their way: it waits
+    assert(tp:begin_transaction())
+    assert(tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 7 } }, group))
+    local got, err, code, kcode = c:committed(tpl)
+    assert.is_nil(got, "committed() returned an offset while a transaction holds one")
+    assert.are.equal("kafka", code)
+    assert.are.equal(kafka.proto.errors.UNSTABLE_OFFSET_COMMIT, kcode, err)
+    -- a group member: no start position while the transaction is open
+    local m = kafka.consumer.new(client, { group_id = group, isolation_level = "read_committed",
+      enable_auto_commit = false, fetch_max_wait_ms = 100 })
+    finally(function() m:close() end)
+    assert(m:subscribe { topic })
+    local deadline = socket.gettime() + 30
+    while not (m:assignment()[1]) and socket.gettime() < deadline do assert(m:poll(100)) end
+    assert.are.equal(1, #m:assignment())
+    for _ = 1, 3 do assert.are.same({}, assert(m:poll(100))) end
+    assert.is_nil(m:position(topic, 0))
+    assert(tp:commit_transaction())
+    local msgs = {}
+    deadline = socket.gettime() + 30
+    while #msgs < 3 and socket.gettime() < deadline do
+      for _, x in ipairs(assert(m:poll(100))) do msgs[#msgs + 1] = x.value end
+    end
+    assert.are.same({ "m8", "m9", "m10" }, msgs)
+    assert.are.equal(7, assert(c:committed(tpl))[1].offset)
+  end)
+end)
