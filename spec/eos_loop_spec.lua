@@ -250,8 +250,8 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
           if how == "stall" then
             -- past the member's session timeout: the group gives its
             -- partitions to the other worker, whose transactions take the
-            -- same input; the stalled one's offsets commit is refused (its
-            -- generation is gone, KIP-447) and it aborts
+            -- same input; the stalled one's offsets commit is refused (the
+            -- coordinator no longer knows the member, KIP-447) and it aborts
             write_file(ws.ctl .. ".hold", "stall " .. STALL_MS[protocol])
             produce_chunk()
             local w, caps, at = ws.wait_line(live, "^STALL (%S+) (%d+)", 60, seen)
