@@ -53,7 +53,8 @@ end
 
 -- The worker processes of one run: start(slot) (a new incarnation of the
 -- slot, same transactional_id), kill(w) (SIGKILL, waits until it is gone),
--- lines(w), and kill_all() for the end, also on failure.
+-- lines(w), reap(w) (a worker that ended by itself), and kill_all() for
+-- the end, also on failure.
 local function workers(cfg)
   local self = { all = {}, by_slot = {}, incarnation = {} }
   local dir = os.tmpname()
@@ -91,12 +92,20 @@ local function workers(cfg)
     local deadline = socket.gettime() + 10
     while self.alive(w) and socket.gettime() < deadline do socket.sleep(0.02) end
     assert(not self.alive(w), "worker " .. w.tag .. " outlived SIGKILL")
-    w.killed = true
+    w.killed, w.gone = true, true
   end
+  -- SIGKILL to every worker not known to be gone (a gone one's pid may be
+  -- another process's by now)
   function self.kill_all()
     for _, w in ipairs(self.all) do
-      if not w.killed then sh_ok("kill -9 " .. w.pid .. " 2>/dev/null") end
+      if not w.gone then pcall(self.kill, w) end
     end
+  end
+  -- waits (secs) until a worker that said DONE has exited
+  function self.reap(w, secs)
+    local deadline = socket.gettime() + secs
+    while self.alive(w) and socket.gettime() < deadline do socket.sleep(0.02) end
+    if not self.alive(w) then w.gone = true end
   end
   -- the first line of a live worker matching pattern (captures) within secs
   function self.wait_line(list, pattern, secs, from)
@@ -109,6 +118,7 @@ local function workers(cfg)
           if caps[1] then return w, caps, i end
         end
         if not self.alive(w) then
+          w.gone = true
           error("worker exited:\n" .. self.log(w))
         end
       end
@@ -298,7 +308,10 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
         until socket.gettime() > deadline
         assert.are.equal(N, total)
         write_file(ws.ctl .. ".stop", "")
-        for _, slot in ipairs { 1, 2 } do ws.wait_line({ ws.by_slot[slot] }, "^DONE", 60) end
+        for _, slot in ipairs { 1, 2 } do
+          ws.wait_line({ ws.by_slot[slot] }, "^DONE", 60)
+          ws.reap(ws.by_slot[slot], 10)
+        end
 
         -- the committed tags (and their sizes) from the workers' lines
         local committed_n, aborted = {}, {}
