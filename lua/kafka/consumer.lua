@@ -21,6 +21,7 @@ local offsets_mod = require "kafka.offsets"
 local group = require "kafka.group"
 
 local API = proto.api
+local errors = proto.errors
 local math = math
 local setmetatable, tostring, type, ipairs, next, error, require = setmetatable, tostring, type, ipairs, next, error,
   require
@@ -365,19 +366,28 @@ end
 
 -- Positions of the partitions that have none yet: one OffsetFetch for all,
 -- then auto_offset_reset for those without a committed offset. Errors go
--- into errs (tried again by the next poll).
+-- into errs (tried again by the next poll). While a transaction holds
+-- offsets for one of them (UNSTABLE_OFFSET_COMMIT) they wait without a
+-- position and without an error, asked again after retry_backoff_ms, as
+-- in Java's consumer (a poll never blocks on another producer's transaction).
 function _M:_positions(errs)
   if not self.need_positions then return end
+  if self.unstable_until and self.client.now() < self.unstable_until then return end
   local want = {}
   for _, st in ipairs(self.fetcher.parts) do
     if not st.offset then want[#want + 1] = { topic = st.topic, partition = st.partition, st = st } end
   end
   self.need_positions = false
   if #want == 0 then return end
-  local got, err, code, kcode = self.offsets:committed(want)
+  local got, err, code, kcode = self.offsets:committed(want, { unstable_now = true })
   if not got then
     self.need_positions = true
-    errs[#errs + 1] = { topic = want[1].topic, partition = want[1].partition, err = err, code = code, kafka_code = kcode }
+    if kcode == errors.UNSTABLE_OFFSET_COMMIT then
+      self.unstable_until = self.client.now() + self.retry_backoff_ms
+    else
+      errs[#errs + 1] = { topic = want[1].topic, partition = want[1].partition, err = err, code = code,
+        kafka_code = kcode }
+    end
     return
   end
   for i, w in ipairs(want) do

@@ -164,11 +164,17 @@ end
 
 local function pkey(topic, partition) return topic .. "\0" .. partition end
 
--- committed(partitions) -> {{topic=, partition=, offset=, metadata=}} (offset
--- -1 when none is committed) | nil, err, code
-function _M:committed(partitions)
+-- committed(partitions [, o]) -> {{topic=, partition=, offset=, metadata=}}
+-- (offset -1 when none is committed) | nil, err, code, kafka_code. Asks
+-- with require_stable (KIP-447), as Kafka's Java consumer does: offsets an
+-- open transaction sent are not committed yet, and the coordinator answers
+-- UNSTABLE_OFFSET_COMMIT instead of the offsets from before that
+-- transaction; retried until the deadline, or returned at once with
+-- o.unstable_now.
+function _M:committed(partitions, o)
   local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
-  return self:request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = false }, function(resp)
+  local wait_unstable = not (o and o.unstable_now)
+  return self:request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = true }, function(resp)
     if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error(self, "committed", resp.error_code) end
     local found = {}
     for _, tr in ipairs(resp.topics or {}) do
@@ -176,7 +182,8 @@ function _M:committed(partitions)
         if pr.error_code ~= errors.NONE then
           local _, err, code, kcode, retriable = kafka_error(self, ("committed %s/%d"):format(tr.name,
             pr.partition_index), pr.error_code)
-          return nil, err, code, kcode, retriable or pr.error_code == errors.UNSTABLE_OFFSET_COMMIT
+          if pr.error_code == errors.UNSTABLE_OFFSET_COMMIT then retriable = wait_unstable end
+          return nil, err, code, kcode, retriable
         end
         found[pkey(tr.name, pr.partition_index)] = pr
       end
