@@ -48,7 +48,7 @@ end
 local spawned = {}
 local function spawn(cmd, secs)
   local out = os.tmpname()
-  assert(os.execute(("(timeout %d %s >%s 2>%s.err & echo $! >%s.pid)"):format(secs, cmd, out, out, out)))
+  assert(os.execute(("(timeout %d env %s >%s 2>%s.err & echo $! >%s.pid)"):format(secs, cmd, out, out, out)))
   local pf = assert(io.open(out .. ".pid", "rb"))
   local pid = assert(pf:read("a"):match("%d+"))
   pf:close()
@@ -435,29 +435,31 @@ end
 -- idempotence (lua-kafka beside librdkafka), transactions (beside Java),
 -- consumer groups (beside Java)
 local idem_rows, txn_rows, group_rows = {}, {}, {}
+-- rates below 0.1 M in thousands (small runs, transactions, groups)
+local function R(x) return (x and x < 1e5) and ("%.1f k"):format(x / 1e3) or M(x) end
 if REAL then
   for _, case in ipairs(REAL_CASES) do
     local i = results["produce_idempotent " .. case.size .. " none"] or {}
     local pl = results["produce_plain " .. case.size .. " none"] or {}
     idem_rows[#idem_rows + 1] = ("| produce %d x %d B, idempotent | %s msg/s | %s msg/s | %s |"):format(case.n, case.size,
-      M(i.real_lua54), M(i.real_rdkafka), ratio(i.real_lua54, i.real_rdkafka))
+      R(i.real_lua54), R(i.real_rdkafka), ratio(i.real_lua54, i.real_rdkafka))
     idem_rows[#idem_rows + 1] = ("| produce %d x %d B, enable_idempotence = false | %s msg/s | %s msg/s | %s |"):format(
-      case.n, case.size, M(pl.real_lua54), M(pl.real_rdkafka), ratio(pl.real_lua54, pl.real_rdkafka))
+      case.n, case.size, R(pl.real_lua54), R(pl.real_rdkafka), ratio(pl.real_lua54, pl.real_rdkafka))
     idem_rows[#idem_rows + 1] = ("| produce %d x %d B, idempotent / not idempotent | %s | %s | |"):format(case.n,
       case.size, ratio(i.real_lua54, pl.real_lua54), ratio(i.real_rdkafka, pl.real_rdkafka))
   end
   local tx = results["produce_transactional 100 none"] or {}
-  local function txs(x) return x and ("%s msg/s, %.0f transactions/s"):format(M(x), x / TXN_MSGS) or "-" end
+  local function txs(x) return x and ("%s msg/s, %.1f transactions/s"):format(R(x), x / TXN_MSGS) or "-" end
   txn_rows[#txn_rows + 1] = ("| produce %d x 100 B, %d messages per transaction | %s | %s | %s |"):format(E2E_N,
     TXN_MSGS, txs(tx.real_lua54), txs(tx.real_java), ratio(tx.real_lua54, tx.real_java))
   local txc = results["consume_transactional 100 none"] or {}
-  txn_rows[#txn_rows + 1] = ("| read back, read_committed | %s msg/s | %s msg/s | %s |"):format(M(txc.real_lua54),
-    M(txc.real_java), ratio(txc.real_lua54, txc.real_java))
+  txn_rows[#txn_rows + 1] = ("| read back, read_committed | %s msg/s | %s msg/s | %s |"):format(R(txc.real_lua54),
+    R(txc.real_java), ratio(txc.real_lua54, txc.real_java))
   local function ms(x) return x and ("%.0f ms"):format(x) or "-" end
   for _, protocol in ipairs(PROTOCOLS) do
     local g = results["group_" .. protocol .. " 100 none"] or {}
     group_rows[#group_rows + 1] = ("| %s: 3 members consume %d x 100 B (first subscribe to last message) | %s msg/s | %s msg/s | %s |")
-      :format(protocol, GROUP_N, M(g.real_lua54), M(g.real_java), ratio(g.real_lua54, g.real_java))
+      :format(protocol, GROUP_N, R(g.real_lua54), R(g.real_java), ratio(g.real_lua54, g.real_java))
   end
   for _, protocol in ipairs(PROTOCOLS) do
     local f1 = results["join_first_" .. protocol .. " 100 none"] or {}
