@@ -499,8 +499,11 @@ bench`). Codec rows: messages per CPU-second, the median of %d runs after a
 warm-up, 10,000 messages per run. Floor: the same bytes through memcpy +
 compression + CRC-32C in C (bench/floor.c), what the hardware and libraries
 allow. End to end: wall clock, the median of %d runs after a warm-up, against
-librdkafka's mock cluster (3 brokers, 200 partitions) on loopback.
-]]):format(cpu, lines("nproc"):gsub("%s+", ""), os.date("!%Y-%m-%d"), CODEC_RUNS, E2E_RUNS)
+librdkafka's mock cluster (3 brokers, 200 partitions) on loopback. This
+run's sizes: `BENCH_E2E_N=%d BENCH_E2E_RUNS=%d BENCH_GROUP_N=%d
+BENCH_GROUP_RUNS=%d BENCH_LAT_RUNS=%d BENCH_TXN_MSGS=%d make bench`.
+]]):format(cpu, lines("nproc"):gsub("%s+", ""), os.date("!%Y-%m-%d"), CODEC_RUNS, E2E_RUNS, E2E_N, E2E_RUNS, GROUP_N,
+  GROUP_RUNS, LAT_RUNS, TXN_MSGS)
 local t = { header,
   "| operation | size | codec | lua-kafka Lua 5.4 | lua-kafka LuaJIT | peer | ratio (5.4/peer) | floor |",
   "|---|---|---|---|---|---|---|---|" }
