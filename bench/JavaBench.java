@@ -5,10 +5,14 @@
 // reading them back with one consumer (every partition assigned from the
 // start, fetch.max.bytes 50 MB as its default, CRC checks on as default).
 // One producer and one consumer serve every round. Prints "produce\tSIZE\tCODEC\trate" and "consume\tSIZE\tCODEC\trate" per
-// measured round, as bench/e2e.lua does. MODE "transactional": the producer
-// has a transactional.id and commits a transaction every TXN_MSGS messages
-// (ops produce_transactional / consume_transactional, read_committed).
+// measured round, as bench/e2e.lua does.
+//   java -cp ... JavaBench BOOTSTRAP TOPIC_PREFIX N RUNS SIZE CODEC [SASL_SSL CA_PEM USER PASSWORD]
 //   java -cp ... JavaBench BOOTSTRAP TOPIC_PREFIX N RUNS SIZE CODEC [transactional TXN_MSGS]
+// With SASL_SSL both clients connect with TLS (the CA as a PEM trust store,
+// host name verification on, as default) and SASL SCRAM-SHA-512, and the
+// ops are named produce_sasl_ssl / consume_sasl_ssl. With transactional the
+// producer has a transactional.id and commits a transaction every TXN_MSGS
+// messages (ops produce_transactional / consume_transactional, read_committed).
 // Consumer groups (the topic already holds N messages; a fresh group per round):
 //   java -cp ... JavaBench group BOOTSTRAP TOPIC GROUP_PREFIX PROTOCOL N RUNS MEMBERS SIZE DEADLINE_S
 //     MEMBERS KafkaConsumers (one thread each) subscribe together; prints
@@ -51,10 +55,21 @@ public class JavaBench {
         }
         String bs = a[0], prefix = a[1], codec = a[5];
         boolean txn = a.length > 6 && a[6].equals("transactional");
-        if (a.length > 6 && !txn) throw new IllegalArgumentException("MODE: transactional");
+        if (txn && a.length != 8) throw new IllegalArgumentException("expected transactional TXN_MSGS");
         int perTxn = txn ? Integer.parseInt(a[7]) : 0;
-        String suffix = txn ? "_transactional" : "";
         int n = Integer.parseInt(a[2]), runs = Integer.parseInt(a[3]), size = Integer.parseInt(a[4]);
+        Properties sec = new Properties();
+        String suffix = txn ? "_transactional" : "";
+        if (a.length > 6 && !txn) {
+            if (!a[6].equals("SASL_SSL") || a.length != 10) throw new IllegalArgumentException("expected SASL_SSL CA_PEM USER PASSWORD");
+            sec.put("security.protocol", "SASL_SSL");
+            sec.put("sasl.mechanism", "SCRAM-SHA-512");
+            sec.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + a[8] + "\" password=\"" + a[9] + "\";");
+            sec.put("ssl.truststore.type", "PEM");
+            sec.put("ssl.truststore.location", a[7]);
+            suffix = "_sasl_ssl";
+        }
         // 1,000 distinct values cycled, as bench/e2e.lua does
         byte[][] pool = new byte[1000][];
         for (int i = 0; i < 1000; i++) {
@@ -66,6 +81,7 @@ public class JavaBench {
         }
         Properties pp = new Properties();
         pp.put("bootstrap.servers", bs);
+        pp.putAll(sec);
         pp.put(ProducerConfig.ACKS_CONFIG, "all");
         pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         pp.put(ProducerConfig.BATCH_SIZE_CONFIG, "1048576");
@@ -77,6 +93,7 @@ public class JavaBench {
         if (txn) pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "javabench-" + prefix);
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bs);
+        cp.putAll(sec);
         cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");

@@ -16,11 +16,21 @@ local LAT_RUNS = tonumber(os.getenv("BENCH_LAT_RUNS")) or E2E_RUNS -- rebalance 
 local CMD_SECS = tonumber(os.getenv("BENCH_CMD_SECS")) or 1800     -- deadline of each peer program
 local GROUP_SECS = tonumber(os.getenv("BENCH_GROUP_SECS")) or 300  -- deadline of each group round
 -- BENCH_ONLY: a comma list of the parts to run (codec, mock, nginx, e2e,
--- idempotence, transactions, groups); bench/results.md is then not written
+-- idempotence, transactions, groups; "real" for the last four); the table
+-- then goes to build/bench/results-only.md, bench/results.md is left alone
 local ONLY = os.getenv("BENCH_ONLY")
+if ONLY == "" then ONLY = nil end
+local PARTS = { codec = true, mock = true, nginx = true, e2e = true, idempotence = true, transactions = true,
+  groups = true, real = true }
+if ONLY then
+  for w in ONLY:gmatch("[^,%s]+") do assert(PARTS[w], "BENCH_ONLY: unknown part " .. w) end
+end
+local REAL_PARTS = { e2e = true, idempotence = true, transactions = true, groups = true }
 local function want(part)
   if not ONLY then return true end
-  for w in ONLY:gmatch("[^,%s]+") do if w == part then return true end end
+  for w in ONLY:gmatch("[^,%s]+") do
+    if w == part or (w == "real" and REAL_PARTS[part]) then return true end
+  end
   return false
 end
 
@@ -151,14 +161,17 @@ end
 
 -- End to end against one real Kafka broker (full JIT, 1 GiB heap), lua-kafka
 -- beside Kafka's Java client in the same run: 1,000,000 x 100 B and
--- 100,000 x 1 KiB, uncompressed, lz4 and zstd, topics of 6 partitions; the
--- idempotent producer beside enable_idempotence = false, both beside
+-- 100,000 x 1 KiB, uncompressed, lz4 and zstd, topics of 6 partitions;
+-- the uncompressed cases also over SASL_SSL (SCRAM-SHA-512), both clients,
+-- right after their PLAINTEXT runs, and lua-kafka's connection set-up per
+-- protocol (as bench/tls.lua measures it); the idempotent producer beside enable_idempotence = false, both beside
 -- librdkafka's; transactions beside Java's; consumer groups beside Java's.
 local REAL = os.getenv("BENCH_REAL") ~= "0"
   and (want("e2e") or want("idempotence") or want("transactions") or want("groups"))
 local REAL_CASES = { { n = E2E_N, size = 100 }, { n = math.floor(E2E_N / 10), size = 1024 } }
 local REAL_CODECS = { "none", "lz4", "zstd" }
 local GROUP_PARTS, LAT_N = 12, 12000
+local SETUP_CONNECTS = 20
 local PROTOCOLS = {} -- the group protocols the broker speaks
 local rk = REAL and require "support.realkafka"
 
@@ -298,6 +311,7 @@ if REAL then
   io.stderr:write("end to end against a real Kafka " .. rk.MAIN .. " broker, lua-kafka and the Java client ...\n")
   local k = rk.cluster(rk.MAIN, 1, "bench") -- with the KAFKA_JVM_OPTS make bench sets
   local bs = k.bootstrap.PLAINTEXT
+  local sec_args = k.dir .. "/ca.pem alice alice-secret"
   local admin = kafka.client.new { brokers = bs }
   local cpfile = lines(ROOT .. "/spec/support/kafka/harness.sh classpath " .. rk.MAIN):match("([^\n]+)%s*$")
   local cp = lines("cat " .. cpfile):gsub("%s+$", "")
@@ -318,6 +332,18 @@ if REAL then
           end
           collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %s"):format(env54, ROOT, bs, tag, args)))
           collect("real_java", lines(("%s %s real-java-%s %s"):format(java, bs, tag, args)))
+          if codec == "none" then
+            -- the same over SASL_SSL, SCRAM-SHA-512 as alice (the harness's user)
+            local stag = ("%d-%d-sasl-"):format(case.n, case.size)
+            for r = 0, E2E_RUNS do
+              rt.create_topic(admin, "real-lua-" .. stag .. r, 6, 1)
+              rt.create_topic(admin, "real-java-" .. stag .. r, 6, 1)
+            end
+            local sbs = k.bootstrap.SASL_SSL
+            collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %s sasl_ssl %s"):format(env54, ROOT,
+              sbs, stag, args, sec_args)))
+            collect("real_java", lines(("%s %s real-java-%s %s SASL_SSL %s"):format(java, sbs, stag, args, sec_args)))
+          end
         end
         if codec == "none" and want("idempotence") then
           -- the idempotent producer (the default) beside enable_idempotence = false,
@@ -347,6 +373,34 @@ if REAL then
             tag, targs)))
           collect("real_java", lines(("%s %s real-txn-java-%s %s"):format(java, bs, tag, targs)))
         end
+      end
+    end
+    if want("e2e") then
+      -- connection set-up of lua-kafka, TCP + TLS + ApiVersions + SASL: ms per
+      -- connection, SETUP_CONNECTS in a row, the median of the runs
+      local sasl = require "kafka.sasl"
+      local connection = require "kafka.connection"
+      for _, proto_name in ipairs({ "PLAINTEXT", "SASL_SSL" }) do
+        local o = { security_protocol = proto_name }
+        if proto_name == "SASL_SSL" then
+          o.sasl_mechanism, o.sasl_username, o.sasl_password = "SCRAM-SHA-512", "alice", "alice-secret"
+          o.ssl_ca_location = k.dir .. "/ca.pem"
+        end
+        local host, port = k.bootstrap[proto_name]:match("^(.*):(%d+)$")
+        local sec = sasl.config(o)
+        local out = {}
+        for r = 0, E2E_RUNS do
+          local t0 = socket.gettime()
+          for _ = 1, SETUP_CONNECTS do
+            local conn = connection.new { host = host, port = port, security = sec }
+            assert(conn:connect())
+            conn:close()
+          end
+          if r > 0 then
+            out[#out + 1] = ("setup_%s\t0\tnone\t%.3f"):format(proto_name, (socket.gettime() - t0) * 1000 / SETUP_CONNECTS)
+          end
+        end
+        collect("real_lua54", table.concat(out, "\n"))
       end
     end
     if not want("groups") then return end
@@ -389,6 +443,7 @@ if REAL then
 end
 
 local function M(x) return x and ("%.2f M"):format(x / 1e6) or "-" end
+local function K(x) return x and ("%.1f k"):format(x / 1e3) or "-" end
 local function ratio(a, b) return (a and b) and ("%.2fx"):format(a / b) or "-" end
 
 local rows = {}
@@ -471,11 +526,32 @@ if REAL then
   end
 end
 
+-- TLS cost: each client over SASL_SSL beside itself over PLAINTEXT (k msg/s)
+local tls_rows = {}
+if REAL then
+  for _, case in ipairs(REAL_CASES) do
+    for _, op in ipairs({ "produce", "consume" }) do
+      local pl = results[op .. " " .. case.size .. " none"] or {}
+      local ss = results[op .. "_sasl_ssl " .. case.size .. " none"] or {}
+      tls_rows[#tls_rows + 1] = ("| %s %d x %d B none (acks=all) | %s | %s | %s | %s | %s | %s | %s |"):format(op, case.n,
+        case.size, K(pl.real_lua54), K(ss.real_lua54), ratio(ss.real_lua54, pl.real_lua54), K(pl.real_java),
+        K(ss.real_java), ratio(ss.real_java, pl.real_java), ratio(ss.real_lua54, ss.real_java))
+    end
+  end
+  local function ms(key)
+    local v = (results[key .. " 0 none"] or {}).real_lua54
+    return v and ("%.2f ms"):format(v) or "-"
+  end
+  local sp = (results["setup_PLAINTEXT 0 none"] or {}).real_lua54
+  local ss = (results["setup_SASL_SSL 0 none"] or {}).real_lua54
+  tls_rows[#tls_rows + 1] = ("| connection set-up (TCP, TLS, ApiVersions, SASL), per connection | %s | %s | %s | - | - | - | - |")
+    :format(ms("setup_PLAINTEXT"), ms("setup_SASL_SSL"), ratio(ss, sp))
+end
+
 local ngx_rows = {}
 if NGINX then
   local function r(k) return (results[k] or {}).nginx end
   local plain, with = r("nginx_rps 200 plain"), r("nginx_rps 200 kafka")
-  local function K(x) return x and ("%.1f k"):format(x / 1e3) or "-" end
   ngx_rows[#ngx_rows + 1] = ("| requests/s, a content_by_lua location without Kafka | %s req/s | |"):format(K(plain))
   ngx_rows[#ngx_rows + 1] = ("| requests/s, the same location sending one 200 B message | %s req/s | %s of the plain rate |")
     :format(K(with), ratio(with, plain))
@@ -504,14 +580,19 @@ run's sizes: `BENCH_E2E_N=%d BENCH_E2E_RUNS=%d BENCH_GROUP_N=%d
 BENCH_GROUP_RUNS=%d BENCH_LAT_RUNS=%d BENCH_TXN_MSGS=%d make bench`.
 ]]):format(cpu, lines("nproc"):gsub("%s+", ""), os.date("!%Y-%m-%d"), CODEC_RUNS, E2E_RUNS, E2E_N, E2E_RUNS, GROUP_N,
   GROUP_RUNS, LAT_RUNS, TXN_MSGS)
-local t = { header,
-  "| operation | size | codec | lua-kafka Lua 5.4 | lua-kafka LuaJIT | peer | ratio (5.4/peer) | floor |",
-  "|---|---|---|---|---|---|---|---|" }
-for _, r in ipairs(rows) do t[#t + 1] = r end
-t[#t + 1] = ""
-t[#t + 1] = "| end to end | lua-kafka (Lua 5.4) | librdkafka 2.0.2 | ratio |"
-t[#t + 1] = "|---|---|---|---|"
-for _, r in ipairs(e2e) do t[#t + 1] = r end
+local t = { header }
+if ONLY then t[#t + 1] = ("(BENCH_ONLY=%s: only these parts)"):format(ONLY) end
+if want("codec") then
+  t[#t + 1] = "| operation | size | codec | lua-kafka Lua 5.4 | lua-kafka LuaJIT | peer | ratio (5.4/peer) | floor |"
+  t[#t + 1] = "|---|---|---|---|---|---|---|---|"
+  for _, r in ipairs(rows) do t[#t + 1] = r end
+end
+if want("mock") then
+  t[#t + 1] = ""
+  t[#t + 1] = "| end to end | lua-kafka (Lua 5.4) | librdkafka 2.0.2 | ratio |"
+  t[#t + 1] = "|---|---|---|---|"
+  for _, r in ipairs(e2e) do t[#t + 1] = r end
+end
 if NGINX then
   t[#t + 1] = ""
   t[#t + 1] = "Inside nginx (Debian's nginx 1.22 + lua-nginx-module 0.10.23, LuaJIT 2.1, 1 worker, the"
@@ -532,6 +613,17 @@ if REAL then
   t[#t + 1] = "| end to end, real broker | lua-kafka (Lua 5.4) | Java kafka-clients " .. rk.MAIN .. " | ratio |"
   t[#t + 1] = "|---|---|---|---|"
   for _, r in ipairs(real) do t[#t + 1] = r end
+  t[#t + 1] = ""
+  t[#t + 1] = "The cost of TLS and SASL: the uncompressed cases over the broker's SASL_SSL listener (SCRAM-SHA-512,"
+  t[#t + 1] = "the CA verified and the host name checked; lua-kafka's TLS is LuaSec/OpenSSL, Java's the JDK's), each"
+  t[#t + 1] = "client right after its PLAINTEXT runs, the same settings; ratio: SASL_SSL / PLAINTEXT rate of the"
+  t[#t + 1] = ("same client. Connection set-up: lua-kafka, %d connections in a row (bench/tls.lua measures the other"
+    .. " protocols):"):format(SETUP_CONNECTS)
+  t[#t + 1] = ""
+  t[#t + 1] = "| TLS cost, real broker (msg/s) | lua-kafka PLAINTEXT | lua-kafka SASL_SSL | lua-kafka ratio | Java PLAINTEXT"
+    .. " | Java SASL_SSL | Java ratio | lua/Java over SASL_SSL |"
+  t[#t + 1] = "|---|---|---|---|---|---|---|---|"
+  for _, r in ipairs(tls_rows) do t[#t + 1] = r end
   t[#t + 1] = ""
   t[#t + 1] = "Idempotence, the same broker and run, topics of 6 partitions, acks=all: lua-kafka at its defaults"
   t[#t + 1] = "(enable_idempotence true, linger_ms 100, 1 MiB batches, 5 in flight) beside librdkafka 2.0.2"
@@ -575,8 +667,6 @@ if REAL then
 end
 local text = table.concat(t, "\n") .. "\n"
 io.write(text)
-if not ONLY then
-  local f = assert(io.open(ROOT .. "/bench/results.md", "w"))
-  f:write(text)
-  f:close()
-end
+local f = assert(io.open(ROOT .. (ONLY and "/build/bench/results-only.md" or "/bench/results.md"), "w"))
+f:write(text)
+f:close()

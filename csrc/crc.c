@@ -89,3 +89,28 @@ uint32_t kf_crc32c_hw(uint32_t crc, const void *p, size_t n) { return kf_crc32c_
 #endif
 
 uint32_t kf_crc32c(uint32_t crc, const void *p, size_t n) { return kf_crc32c_hw(crc, p, n); }
+
+uint32_t kf_murmur2(const void *p, size_t n) {
+  const uint8_t *d = (const uint8_t *)p;
+  const uint32_t m = 0x5bd1e995u;
+  uint32_t h = 0x9747b28cu ^ (uint32_t)n;
+  size_t i;
+  for (i = 0; i + 4 <= n; i += 4) {
+    uint32_t k = (uint32_t)d[i] | (uint32_t)d[i + 1] << 8 | (uint32_t)d[i + 2] << 16 |
+                 (uint32_t)d[i + 3] << 24;
+    k *= m;
+    k ^= k >> 24;
+    k *= m;
+    h *= m;
+    h ^= k;
+  }
+  switch (n & 3) {
+  case 3: h ^= (uint32_t)d[i + 2] << 16; /* fall through */
+  case 2: h ^= (uint32_t)d[i + 1] << 8;  /* fall through */
+  case 1: h ^= d[i]; h *= m;
+  }
+  h ^= h >> 13;
+  h *= m;
+  h ^= h >> 15;
+  return h;
+}

@@ -1,5 +1,6 @@
-/* crc.h - CRC-32 (IEEE, for magic 0/1 messages) and CRC-32C (Castagnoli,
- * for RecordBatch v2). */
+/* crc.h - CRC-32 (IEEE, for magic 0/1 messages), CRC-32C (Castagnoli,
+ * for RecordBatch v2), and Kafka's murmur2 (the default partitioner's
+ * hash of keys). */
 #ifndef KF_CRC_H
 #define KF_CRC_H
 
@@ -13,5 +14,7 @@ uint32_t kf_crc32c(uint32_t crc, const void *p, size_t n);
 uint32_t kf_crc32c_sw(uint32_t crc, const void *p, size_t n);
 uint32_t kf_crc32c_hw(uint32_t crc, const void *p, size_t n); /* sw when no hw */
 int kf_crc32c_has_hw(void);
+/* murmur2 as Kafka's Java client and librdkafka compute it (seed 0x9747b28c). */
+uint32_t kf_murmur2(const void *p, size_t n);
 
 #endif

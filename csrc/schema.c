@@ -681,6 +681,21 @@ int kf_read_request_header(kf_reader *r, kf_req_header *h, kf_err *e) {
   return 0;
 }
 
+void kf_write_request_header(kf_writer *w, const kf_api *a, int version, int32_t correlation_id,
+                             const char *client_id, size_t client_id_len) {
+  int hv = kf_req_header_version(a, version);
+  kf_w_i16(w, a->key);
+  kf_w_i16(w, (int16_t)version);
+  kf_w_i32(w, correlation_id);
+  if (hv >= 1) kf_w_lenbytes(w, 16, client_id, client_id_len);
+  if (hv >= 2) kf_w_uvarint(w, 0);
+}
+
+void kf_write_response_header(kf_writer *w, int hv, int32_t correlation_id) {
+  kf_w_i32(w, correlation_id);
+  if (hv >= 1) kf_w_uvarint(w, 0);
+}
+
 int kf_read_response_header_tail(kf_reader *r, int hv, kf_err *e) {
   if (hv >= 1) skip_tags(r);
   if (r->err) {

@@ -170,6 +170,12 @@ int kf_frame_check(const uint8_t *p, size_t n, kf_err *e);
 /* Reads a request header (r positioned after the size). An api or version
  * this codec does not have is KF_EUNSUPPORTED. On success r is at the body. */
 int kf_read_request_header(kf_reader *r, kf_req_header *h, kf_err *e);
+/* Writes a request header (after the size slot): api key, version,
+ * correlation id, then client_id (v1+, NULL: null) and empty tags (v2). */
+void kf_write_request_header(kf_writer *w, const kf_api *a, int version, int32_t correlation_id,
+                             const char *client_id, size_t client_id_len);
+/* Writes a response header of version hv: the correlation id, empty tags (v1). */
+void kf_write_response_header(kf_writer *w, int hv, int32_t correlation_id);
 /* Reads a response header of version hv (0 or 1). */
 int kf_read_response_header(kf_reader *r, int hv, int32_t *correlation_id, kf_err *e);
 /* The rest of a response header whose correlation id was read already (a

@@ -3,6 +3,7 @@
 -- process (the spec process blocks while an external client runs).
 local socket = require "socket"
 local kafka = require "kafka"
+local slow_it = require("support.helpers").min() and pending or it -- see helpers.min()
 
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
 local lua = rawget(_G, "jit") and "luajit" or ("lua" .. _VERSION:match("%d+%.%d+"))
@@ -259,7 +260,7 @@ print('DONE')
 end)
 
 describe("Kafka's Java client against kafka-mock on TCP", function()
-  it("its idempotent producer (every codec) and its consumer, through Peer.java", function()
+  slow_it("its idempotent producer (every codec) and its consumer, through Peer.java", function()
     if not has("java") then
       pending("no java")
       return

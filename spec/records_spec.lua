@@ -77,6 +77,45 @@ describe("records", function()
     assert.is_nil(proto.decode_columns(("\0"):rep(8) .. "\255\255\255\255" .. ("\0"):rep(20)))
   end)
 
+  it("decode_records with stop_at_error: the messages end before the first problem, a batch it cuts is taken back", function()
+    local function batch(base, ...)
+      local t = {}
+      for _, v in ipairs({ ... }) do t[#t + 1] = { value = v } end
+      return proto.encode_records(t, { base_offset = base })
+    end
+    local a, b, c = batch(0, "a0", "a1", "a2"), batch(3, "b3-long-value", "b4", "b5"), batch(6, "c6", "c7")
+    local function values(msgs)
+      local t = {}
+      for i, m in ipairs(msgs) do t[i] = m.value end
+      return table.concat(t, " ")
+    end
+    -- b's CRC-32C no longer matches (its last value byte changed)
+    local badcrc = b:sub(1, -2) .. string.char((b:byte(-1) + 1) % 256)
+    local msgs, info = proto.decode_records(a .. badcrc .. c, { stop_at_error = true, batches = false })
+    assert.are.equal("a0 a1 a2", values(msgs))
+    assert.are.equal(3, info.next_offset)
+    assert.are.equal(1, #info.errors)
+    assert.matches("^crc mismatch in record batch at byte %d+ %(offset 3%)", info.errors[1])
+    -- without it the decoder goes on past the problem
+    msgs, info = proto.decode_records(a .. badcrc .. c, { batches = false })
+    assert.are.equal("a0 a1 a2 c6 c7", values(msgs))
+    assert.are.equal(8, info.next_offset)
+    -- b declares 4 records and holds 3 (CRCs not checked): its first three
+    -- were decoded before the fourth failed, and are taken back with it
+    local cut = b:sub(1, 57) .. "\0\0\0\4" .. b:sub(62)
+    local out = { "kept" }
+    msgs, info = proto.decode_records(a .. cut .. c, { stop_at_error = true, check_crc = false, into = out })
+    assert.are.equal(out, msgs)
+    assert.are.equal(4, #out)
+    assert.are.equal("a0 a1 a2", values({ out[2], out[3], out[4] }))
+    assert.are.equal(3, info.next_offset)
+    assert.matches("^record 3 of the batch at byte %d+ %(offset 3%) is malformed", info.errors[1])
+    -- nothing good before the problem: no messages, no next_offset
+    msgs, info = proto.decode_records(badcrc .. c, { stop_at_error = true })
+    assert.are.equal(0, #msgs)
+    assert.is_nil(info.next_offset)
+  end)
+
   it("decode_records for consumers: into, set, min_offset, skip_control, next_offset", function()
     local data = proto.encode_records({ { value = "a" }, { value = "b" }, { value = "c" } }, { base_offset = 10,
       compression = "lz4" })

@@ -14,6 +14,7 @@ local sasl = require "kafka.sasl"
 local connection = require "kafka.connection"
 local proto = require "kafka.proto"
 local socket = require "socket"
+local slow_it = require("support.helpers").min() and pending or it -- see helpers.min()
 
 local MECHS = { "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER" }
 
@@ -200,7 +201,7 @@ describe("TLS and SASL, Kafka " .. version, function()
     end
   end)
 
-  it("re-authenticates before the session the broker gives ends (KIP-368), requests in flight unharmed", function()
+  slow_it("re-authenticates before the session the broker gives ends (KIP-368), requests in flight unharmed", function()
     -- SCRAM-SHA-256 sessions on SASL_PLAINTEXT last 4 s (the harness's connections.max.reauth.ms)
     local o = opts("SASL_PLAINTEXT", creds("SCRAM-SHA-256"))
     local n = { n = 0 }
@@ -254,7 +255,7 @@ describe("TLS and SASL, Kafka " .. version, function()
     client:close()
   end)
 
-  it("OAUTHBEARER: a token expiring mid-run is replaced and the session re-authenticated", function()
+  slow_it("OAUTHBEARER: a token expiring mid-run is replaced and the session re-authenticated", function()
     for _, listener in ipairs(require("support.helpers").lite() and { "SASL_SSL" } or { "SASL_PLAINTEXT", "SASL_SSL" }) do
       local calls, n = 0, { n = 0 }
       local o = opts(listener, { sasl_mechanism = "OAUTHBEARER", socket = counting(n),
@@ -289,13 +290,8 @@ describe("TLS and SASL, Kafka " .. version, function()
     end
   end)
 
-  it("interoperates with Kafka's Java client on the same SASL_SSL listener (SCRAM-SHA-512)", function()
-    local props = {
-      ["security.protocol"] = "SASL_SSL", ["sasl.mechanism"] = "SCRAM-SHA-512",
-      ["sasl.jaas.config"] = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
-        .. 'password="alice-secret";',
-      ["ssl.truststore.type"] = "PEM", ["ssl.truststore.location"] = dir .. "/ca.pem",
-    }
+  slow_it("interoperates with Kafka's Java client on the same SASL_SSL listener (SCRAM-SHA-512)", function()
+    local props = rt.java_sasl_ssl(k)
     local o = opts("SASL_SSL", creds("SCRAM-SHA-512"))
     local N = 200
     -- Java writes, lua-kafka reads

@@ -508,6 +508,21 @@ function _M:group(items, deadline, pool)
   return groups, failed
 end
 
+-- finalized_feature(name) -> level, connection: the level the cluster has
+-- finalized for a feature (0 when none, e.g. before Kafka 3.x or with the
+-- feature off), as the connection whose ApiVersions answer had the newest
+-- feature epoch tells it (the view Kafka's Java client takes,
+-- ApiVersions.java); that connection (nil when none has told).
+function _M:finalized_feature(name)
+  local best, epoch = nil, -math.huge
+  for _, set in ipairs { self.conns, self.boot_conns } do
+    for _, c in pairs(set) do
+      if c.finalized_features and c.features_epoch > epoch then best, epoch = c, c.features_epoch end
+    end
+  end
+  return best and best.finalized_features[name] or 0, best
+end
+
 -- invalidate(topic): forget cached metadata so the next lookup refreshes.
 function _M:invalidate(name)
   if name and self.topics[name] then self.topics[name].time = -math.huge
@@ -518,16 +533,23 @@ end
 
 local TIMES = { latest = -1, earliest = -2 }
 
--- list_offsets(topic, partition, time) -> offset | nil, err, code.
--- time: "earliest", "latest", -2, -1, or a timestamp in ms (the first
--- offset whose timestamp is >= it; -1 when there is none).
-function _M:list_offsets(topic, partition, time)
+local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
+
+-- list_offsets(topic, partition, time [, isolation_level]) -> offset | nil,
+-- err, code. time: "earliest", "latest", -2, -1, or a timestamp in ms (the
+-- first offset whose timestamp is >= it; -1 when there is none).
+-- isolation_level: 0/"read_uncommitted" (default: "latest" is the high
+-- watermark) or 1/"read_committed" ("latest" is the last stable offset, the
+-- first offset of the oldest transaction not decided yet).
+function _M:list_offsets(topic, partition, time, isolation_level)
   if type(topic) ~= "string" then check.fail("list_offsets", "topic", "a string", topic) end
   check.partition("list_offsets", "partition", partition)
   local ts = TIMES[time] or (check.is_int(time) and time >= -2 and time) or nil
   if not ts then
     check.fail("list_offsets", "time", '"earliest", "latest" or a timestamp in ms', time)
   end
+  local level = ISOLATION[check.oneof("list_offsets", "isolation_level", isolation_level, 0,
+    { 0, 1, "read_uncommitted", "read_committed" })]
   return self:call(function(deadline)
     local c, err, code = self:route(topic, partition, deadline)
     if not c then return nil, err, code end
@@ -536,7 +558,7 @@ function _M:list_offsets(topic, partition, time)
     if not v then return nil, err, code end
     local part = { partition_index = partition, timestamp = ts, max_num_offsets = 1, current_leader_epoch = -1 }
     local resp
-    resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = 0,
+    resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = level,
       topics = { { name = topic, partitions = { part } } } }, { version = v, deadline = deadline })
     if not resp then return nil, err, code end
     local p = resp.topics and resp.topics[1] and resp.topics[1].partitions and resp.topics[1].partitions[1]

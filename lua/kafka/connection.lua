@@ -83,6 +83,8 @@ function _M.new(opts)
     rd = nil,        -- the frame being read: {parts, have, need, size, corr}
     neg = nil,       -- the ApiVersions negotiation in progress on this socket
     broker_versions = nil, -- api key -> {min, max}; false: the broker has no ApiVersions
+    finalized_features = nil, -- feature name -> finalized level (ApiVersions v3+)
+    features_epoch = -1,      -- the epoch of that view (-1: none)
     closed_reason = nil,
     transport = nil, -- what the last socket opened was: "cosocket", "luasocket" or "custom"
     transports = opts.transports, -- kind -> sockets opened (a table shared by a client's connections)
@@ -240,6 +242,11 @@ function _M:_negotiate(deadline)
       local bv = {}
       for _, k in ipairs(body.api_keys or {}) do bv[k.api_key] = { min = k.min_version, max = k.max_version } end
       self.broker_versions = bv
+      -- the cluster's finalized feature levels (ApiVersions v3+, KIP-584),
+      -- e.g. transaction.version; the epoch tells a newer view from an older one
+      local ff = {}
+      for _, f in ipairs(body.finalized_features or {}) do ff[f.name] = f.max_version_level end
+      self.finalized_features, self.features_epoch = ff, body.finalized_features_epoch or -1
       return true
     end
     -- error 35 comes with a v0 body: read it for the broker's own range

@@ -68,7 +68,7 @@ function _M.new(client_or_opts, opts)
       { 0, 1, "read_uncommitted", "read_committed" })],
     decode_opts = { check_crc = bool(WHERE, "check_crcs", opts.check_crcs, true),
                     max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
-                    skip_control = true, batches = false },
+                    skip_control = true, batches = false, stop_at_error = true },
     retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
     max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 10000, 1),
     enable_auto_commit = bool(WHERE, "enable_auto_commit", opts.enable_auto_commit, true),
@@ -118,7 +118,7 @@ function _M:_resolve(topic, partition, offset)
   end
   if offset == nil then offset = self.auto_offset_reset == "error" and "latest" or self.auto_offset_reset end
   if offset == "earliest" or offset == -2 or offset == "latest" or offset == -1 then
-    return self.client:list_offsets(topic, partition, offset)
+    return self.fetcher:list_offsets(topic, partition, offset)
   end
   return nil, "bad offset " .. tostring(offset), "invalid"
 end
@@ -388,7 +388,7 @@ function _M:_positions(errs)
         if self.auto_offset_reset == "error" then
           off, err, code = nil, ("no committed offset for %s/%d"):format(st.topic, st.partition), "no_offset"
         else
-          off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+          off, err, code = self.fetcher:list_offsets(st.topic, st.partition, self.auto_offset_reset)
         end
       end
       if off then

@@ -10,7 +10,7 @@ local txn = require "kafka.txn"
 local errors = proto.errors
 local API = proto.api
 local math, table = math, table
-local setmetatable, tostring, type, ipairs, pairs = setmetatable, tostring, type, ipairs, pairs
+local setmetatable, tostring, ipairs, pairs = setmetatable, tostring, ipairs, pairs
 
 local _M = {}
 local mt = { __index = _M }
@@ -46,6 +46,14 @@ function _M.new(client, o)
     fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
     flist = {},   -- the same, oldest first
   }, mt)
+end
+
+-- list_offsets(topic, partition, time) -> offset | nil, err, code: every
+-- offset this consumer resolves ("latest", "earliest", a reset) is asked
+-- at its isolation level: read_committed starts at the last stable offset,
+-- not past records whose transaction is still open.
+function _M:list_offsets(topic, partition, time)
+  return self.client:list_offsets(topic, partition, time, self.isolation_level)
 end
 
 -- state(topic, partition, offset) -> a new partition state (not added)
@@ -120,7 +128,7 @@ function _M:_partition_result(st, pr, out)
         return nil, ("%s/%d: offset %d out of range"):format(st.topic, st.partition, st.offset), "offset_out_of_range",
           ec
       end
-      local off, err, code = self.client:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+      local off, err, code = self:list_offsets(st.topic, st.partition, self.auto_offset_reset)
       if not off then return nil, err, code end
       st.offset = off
       return true
@@ -145,11 +153,10 @@ function _M:_partition_result(st, pr, out)
   local before = #out
   local _, info, code = proto.decode_records(raw, opts)
   opts.into, opts.set = nil, nil
-  if not info or (type(info) == "table" and info.errors) then
-    -- a corrupt batch is never skipped silently: the position stays put
+  if not info then
+    -- the records' framing is broken: nothing in them is delivered
     for i = #out, before + 1, -1 do out[i] = nil end
-    local msg = type(info) == "table" and info.errors[1] or info
-    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(msg)), code or "corrupt"
+    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(info)), code or "corrupt"
   end
   if opts == self.decode_txn then txn.drop_aborted(out, before, info.batches, aborted) end -- read_committed
   local next_pos = info.next_offset
@@ -158,6 +165,12 @@ function _M:_partition_result(st, pr, out)
   elseif info.partial and #out == before then
     -- the first batch is larger than we asked for (old brokers): ask for more
     st.fetch_bytes = math.min(st.fetch_bytes * 2, self.fetch_max_bytes)
+  end
+  if info.errors then
+    -- the batches before a corrupt one are delivered (stop_at_error ends
+    -- the messages there), the position stops at it: a corrupt batch is
+    -- never skipped silently, and every poll reports it
+    return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(info.errors[1])), "corrupt"
   end
   return true
 end

@@ -125,6 +125,7 @@ function _M.new(client_or_opts, opts)
     txn_state = txn_id and "uninitialized" or nil,
     txn_error = nil,                -- {err, code, kcode} in "abortable_error" / "fatal_error"
     txn_parts = {},                 -- topic -> partition -> true: added to the transaction
+    txn_version = nil,              -- the transaction protocol: 1 (KIP-98) or 2 (KIP-890), from init_transactions
     txn_failed = 0,                 -- messages of the current transaction that failed
     codec = codec,
     linger_ms = int(WHERE, "linger_ms", opts.linger_ms, 100, 0),
@@ -742,9 +743,9 @@ function _M:_send_round(deadline, linger)
   for _, req in ipairs(reqs) do
     local conn = req.conn
     local v, err, code = conn:version(PRODUCE)
-    -- transactions: the flow with AddPartitionsToTxn (Produce v12 adds
-    -- partitions implicitly, KIP-890, not implemented)
-    if v and self.transactional_id and v > 11 then v = 11 end
+    -- transactions v1: Produce at most v11 (v12 is what tells the broker
+    -- to add the partition to the transaction itself, KIP-890); v2: v12+
+    if v and self.transactional_id and v > 11 and self.txn_version ~= 2 then v = 11 end
     local corr
     if v then
       corr, err, code = conn:send(PRODUCE, v, { transactional_id = self.transactional_id, acks = self.acks,
@@ -834,6 +835,11 @@ function _M:_settle(s, resp, err, code)
             self.need_bump = true
             self:_retry(topic, partition, batch, msg, "retriable", ec)
           end
+        elseif self.transactional_id and ec == errors.INVALID_PRODUCER_EPOCH then
+          -- a transaction the coordinator ended (its timeout) or a newer
+          -- instance's epoch: abortable, as the Java client takes it
+          -- (KIP-588); the abort's EndTxn tells fenced from timed out
+          self:_fail(topic, partition, batch, msg, "abortable", ec)
         elseif self.idempotent and FENCED[ec] then
           self:_txn_error("fatal_error", msg .. " (another producer with this id took over)", "fenced", ec)
           self:_fail(topic, partition, batch, msg, "fenced", ec)
@@ -1052,17 +1058,37 @@ end
 -- -> commit_transaction() ("committing") or abort_transaction() ("aborting")
 -- -> "ready". A failed message, a refused AddPartitionsToTxn or offsets
 -- commit makes it "abortable_error" (abort_transaction() and go on); a
--- newer producer with the same transactional_id (PRODUCER_FENCED,
--- INVALID_PRODUCER_EPOCH) or an authorization failure makes it
+-- newer producer with the same transactional_id (PRODUCER_FENCED;
+-- INVALID_PRODUCER_EPOCH from the coordinator - from a partition leader it
+-- is abortable, KIP-588: the coordinator may have timed the transaction
+-- out, and the abort's EndTxn tells) or an authorization failure makes it
 -- "fatal_error": every call then returns nil, err, "fenced" (or "fatal").
--- The flow is Kafka's first one (KIP-98): AddPartitionsToTxn before a
--- partition's first batch, Produce at most v11, EndTxn at most v4.
+--
+-- Two protocols, as Kafka's Java client picks them (TransactionManager's
+-- isTransactionV2Enabled): where the cluster has finalized the feature
+-- transaction.version >= 2 (ApiVersions v3+; the default of clusters
+-- formatted by Kafka 4.0+) transactions v2 (KIP-890 part 2): no
+-- AddPartitionsToTxn (Produce v12+ makes the partition leader add the
+-- partition), no AddOffsetsToTxn (TxnOffsetCommit v5 makes the group
+-- coordinator add the offsets), and EndTxn v5, whose answer carries the
+-- producer id and epoch of the next transaction (the coordinator bumps the
+-- epoch at every end, a new producer id when it overflows): they are used
+-- from then on, and the sequences start again at 0. An aborted transaction
+-- whose producer state is in doubt needs no InitProducerId bump then: its
+-- EndTxn bumps. Elsewhere (Kafka 3.x, or the feature below 2) v1 (KIP-98):
+-- AddPartitionsToTxn before a partition's first batch, Produce at most
+-- v11, AddOffsetsToTxn then TxnOffsetCommit at most v4, EndTxn at most v4.
+-- The version is read at init_transactions() and again at each end of a
+-- transaction, for the next one (never inside one); a switch from 1 to 2
+-- bumps the epoch first (InitProducerId), as Java does, so nothing added
+-- under v1 counts as added under v2. stats().transaction_version says which.
 
 local TXN_RETRIABLE = { [errors.CONCURRENT_TRANSACTIONS] = true, [errors.COORDINATOR_LOAD_IN_PROGRESS] = true,
   [errors.COORDINATOR_NOT_AVAILABLE] = true, [errors.NOT_COORDINATOR] = true, [errors.REQUEST_TIMED_OUT] = true,
   [errors.UNKNOWN_TOPIC_OR_PARTITION] = true }
 local TXN_FATAL = { [errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] = true,
   [errors.CLUSTER_AUTHORIZATION_FAILED] = true, [errors.INVALID_TXN_STATE] = true,
+  [errors.INVALID_PRODUCER_ID_MAPPING] = true,
   [errors.UNSUPPORTED_VERSION] = true, [errors.UNSUPPORTED_FOR_MESSAGE_FORMAT] = true,
   [errors.INVALID_TRANSACTION_TIMEOUT] = true }
 local TXN_FENCED = { [errors.PRODUCER_FENCED] = true, [errors.INVALID_PRODUCER_EPOCH] = true,
@@ -1173,8 +1199,22 @@ function _M:init_transactions()
   end
   self.idempotent, self.idem_mode = true, "on"
   self:_reset_sequences(resp.producer_id, resp.producer_epoch)
+  self.txn_version = self:_cluster_txn_version()
   self.txn_state = "ready"
   return true
+end
+
+-- The transaction protocol to use now: 2 where the cluster has finalized
+-- transaction.version >= 2 and the versions v2 needs are not capped away
+-- (max_versions: Produce v12, TxnOffsetCommit v5, EndTxn v5), else 1.
+function _M:_cluster_txn_version()
+  local level, c = self.client:finalized_feature("transaction.version")
+  if level < 2 then return 1 end
+  for api, min in pairs { [API.Produce] = 12, [API.TxnOffsetCommit] = 5, [API.EndTxn] = 5 } do
+    local v = c:version(api)
+    if not v or v < min then return 1 end
+  end
+  return 2
 end
 
 -- begin_transaction() -> true | nil, err, code
@@ -1186,9 +1226,22 @@ function _M:begin_transaction()
 end
 
 -- AddPartitionsToTxn for the partitions of a send round not in the
--- transaction yet, in one request. true | nil (the state says why).
+-- transaction yet, in one request. true | nil (the state says why). With
+-- transactions v2 the Produce request adds them: they are only noted (the
+-- transaction has begun on the cluster once a batch went out).
 function _M:_add_partitions(items)
   local parts = self.txn_parts
+  if self.txn_version == 2 then
+    for _, it in ipairs(items) do
+      local tp = parts[it.topic]
+      if not tp then
+        tp = {}
+        parts[it.topic] = tp
+      end
+      tp[it.partition] = true
+    end
+    return true
+  end
   local new, by_topic, n = {}, {}, 0
   for _, it in ipairs(items) do
     local tp = parts[it.topic]
@@ -1273,10 +1326,15 @@ function _M:send_offsets_to_transaction(offsets, gm)
   gm = group_meta(W, gm)
   local ok, err, code, kcode = self:_txn_guard(W, "in_transaction")
   if not ok then return nil, err, code, kcode end
-  ok, err, code, kcode = self:_txn_call(API.AddOffsetsToTxn, function()
-    return { transactional_id = self.transactional_id, producer_id = self.producer_id,
-      producer_epoch = self.producer_epoch, group_id = gm.group_id }
-  end, nil, self:_top_error("AddOffsetsToTxn " .. gm.group_id))
+  local v2 = self.txn_version == 2
+  if v2 then
+    ok = true -- TxnOffsetCommit v5 adds the group's offsets to the transaction itself
+  else
+    ok, err, code, kcode = self:_txn_call(API.AddOffsetsToTxn, function()
+      return { transactional_id = self.transactional_id, producer_id = self.producer_id,
+        producer_epoch = self.producer_epoch, group_id = gm.group_id }
+    end, nil, self:_top_error("AddOffsetsToTxn " .. gm.group_id))
+  end
   if ok then
     self.txn_has_offsets = true
     local topics, by = {}, {}
@@ -1294,11 +1352,20 @@ function _M:send_offsets_to_transaction(offsets, gm)
     ok, err, code, kcode = client:call(function(deadline)
       local c, cerr, ccode, ckcode, cretr = client:find_coordinator(gm.group_id, 0, deadline)
       if not c then return nil, cerr, ccode, ckcode, cretr end
+      local v
+      v, cerr, ccode = c:version(API.TxnOffsetCommit)
+      if not v then return nil, cerr, ccode end
+      local cap = v2 and 5 or 4 -- v5: the group coordinator adds the offsets to the transaction (v2 only)
+      if v > cap then v = cap end
+      if v2 and v < 5 then
+        return nil, ("%s: TxnOffsetCommit v%d cannot add offsets to a transaction v2 (v5+)"):format(c:name(), v),
+          "fatal", nil, false
+      end
       local resp
       resp, cerr, ccode = c:request(API.TxnOffsetCommit, { transactional_id = self.transactional_id,
         group_id = gm.group_id, producer_id = self.producer_id, producer_epoch = self.producer_epoch,
         generation_id = gm.generation_id or -1, member_id = gm.member_id or "",
-        group_instance_id = gm.group_instance_id, topics = topics }, { deadline = deadline })
+        group_instance_id = gm.group_instance_id, topics = topics }, { version = v, deadline = deadline })
       if not resp then return nil, cerr, ccode end
       for _, tr in ipairs(resp.topics or {}) do
         for _, pr in ipairs(tr.partitions or {}) do
@@ -1319,35 +1386,46 @@ function _M:send_offsets_to_transaction(offsets, gm)
   return true
 end
 
--- EndTxn (committed or not); an aborted transaction whose producer state
--- is in doubt (a message given up after it was sent) ends with an epoch
--- bump instead (InitProducerId with the current id and epoch, KIP-360),
--- which aborts it and restarts the sequences.
+-- EndTxn (committed or not; none when nothing was added), then the
+-- protocol of the next transaction is read again. v2: EndTxn v5 bumps the
+-- epoch every time and its answer has the id and epoch to use. v1: after
+-- an abort whose producer state is in doubt (a message given up after it
+-- was sent), and before a move to v2, the epoch is bumped (InitProducerId
+-- with the current id and epoch, KIP-360): after the EndTxn, as Kafka's
+-- Java client does - an InitProducerId while the transaction is open
+-- aborts it with a new epoch, and its own retry is then refused as fenced.
 function _M:_end_txn(commit)
   local touched = self.txn_has_offsets or next(self.txn_parts) ~= nil
-  local ok, err, code, kcode
-  if not commit and self.need_bump then
+  local v2 = self.txn_version == 2
+  local ok, err, code, kcode = true, nil, nil, nil
+  if touched then
+    ok, err, code, kcode = self:_txn_call(API.EndTxn, function(v)
+      if v2 and v < 5 then
+        return nil, "the transaction coordinator's EndTxn (v" .. v .. ") cannot end a transaction v2 (v5+)", "fatal"
+      end
+      return { transactional_id = self.transactional_id, producer_id = self.producer_id,
+        producer_epoch = self.producer_epoch, committed = commit }
+    end, v2 and 5 or 4, self:_top_error((commit and "EndTxn (commit) " or "EndTxn (abort) ") .. self.transactional_id))
+    -- v5: the next transaction's producer id and epoch (-1 before v5)
+    if ok and ok.producer_id and ok.producer_id >= 0 then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
+  end
+  local next_v = ok and self:_cluster_txn_version()
+  if ok and not v2 and ((not commit and self.need_bump) or next_v == 2) then
     ok, err, code, kcode = self:_txn_call(API.InitProducerId, function(v)
       if v < 3 then
-        return nil, "a message of the aborted transaction is in doubt and the transaction coordinator's "
-          .. "InitProducerId (v" .. v .. ") cannot bump the epoch (v3+, Kafka 2.5+)", "fatal"
+        return nil, "the transaction coordinator's InitProducerId (v" .. v .. ") cannot bump the epoch (v3+, Kafka "
+          .. "2.5+), which a message in doubt needs", "fatal"
       end
       return { transactional_id = self.transactional_id, transaction_timeout_ms = self.transaction_timeout_ms,
         producer_id = self.producer_id, producer_epoch = self.producer_epoch }
     end, nil, self:_top_error("InitProducerId (epoch bump) " .. self.transactional_id))
     if ok then self:_reset_sequences(ok.producer_id, ok.producer_epoch) end
-  elseif touched then
-    ok, err, code, kcode = self:_txn_call(API.EndTxn, function()
-      return { transactional_id = self.transactional_id, producer_id = self.producer_id,
-        producer_epoch = self.producer_epoch, committed = commit }
-    end, 4, self:_top_error((commit and "EndTxn (commit) " or "EndTxn (abort) ") .. self.transactional_id))
-  else
-    ok = true -- nothing was added: nothing to end
   end
   if not ok then
     if code == "fenced" or code == "fatal" then self:_txn_error("fatal_error", err, code, kcode) end
     return nil, err, code, kcode
   end
+  self.txn_version = next_v
   self.txn_state, self.txn_error, self.txn_parts, self.txn_has_offsets = "ready", nil, {}, false
   return true
 end
@@ -1416,11 +1494,12 @@ function _M:transport()
   return self.client:transport()
 end
 
--- stats() -> {state, buffered, bytes, in_flight, background, transport, restarts, reports_dropped}
+-- stats() -> {state, buffered, bytes, in_flight, background, transport, restarts, reports_dropped,
+-- transaction_version (1 or 2 once init_transactions() succeeded, else nil)}
 function _M:stats()
   return { state = self.sender_state, buffered = self.nbuf, bytes = self.nbytes, in_flight = #self.in_flight,
     background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
-    reports_dropped = self.reports_dropped or 0 }
+    reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version }
 end
 
 ------------------------------------------------------------------------

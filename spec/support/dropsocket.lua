@@ -11,7 +11,10 @@
 --   local client = kafka.client.new { brokers = ..., socket = d.factory }
 --   d:drop_produce(1)        -- the next Produce answer is lost
 --   d.dropped                -- how many were
+--   d:count("AddPartitionsToTxn") -- requests of an API sent through it (every version)
+--   d:count("Produce", 12)        -- of one version
 local ksocket = require "kafka.socket"
+local proto = require "kafka.proto"
 
 local _M = {}
 local mt = { __index = _M }
@@ -22,12 +25,21 @@ local function be32(s, i)
 end
 
 function _M.new()
-  local self = setmetatable({ armed = 0, dropped = 0 }, mt)
+  local self = setmetatable({ armed = 0, dropped = 0, sent = {} }, mt)
   self.factory = function() return self:_wrap(ksocket.luasocket_tcp()) end
   return self
 end
 
 function _M:drop_produce(n) self.armed = self.armed + (n or 1) end
+
+-- count(api [, version]) -> how many requests of the API (of that version) were sent
+function _M:count(api, version)
+  local by = self.sent[proto.api_key(api)] or {}
+  if version then return by[version] or 0 end
+  local n = 0
+  for _, k in pairs(by) do n = n + k end
+  return n
+end
 
 local w_mt = {}
 w_mt.__index = w_mt
@@ -45,6 +57,13 @@ function w_mt:send(data)
   -- a request frame: size, api_key, api_version, correlation_id
   if #data >= 12 then
     local key = data:byte(5) * 256 + data:byte(6)
+    local version = data:byte(7) * 256 + data:byte(8)
+    local by = self.d.sent[key]
+    if not by then
+      by = {}
+      self.d.sent[key] = by
+    end
+    by[version] = (by[version] or 0) + 1
     if key == 0 and self.d.armed > 0 then
       self.d.armed = self.d.armed - 1
       self.targets[be32(data, 9)] = true

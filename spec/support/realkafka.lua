@@ -6,6 +6,7 @@
 --   local k = rk.cluster("4.1.2", 1)                    -- started once per suite run, then shared
 --   k.bootstrap.PLAINTEXT, k.bootstrap.SASL_SSL, k.dir .. "/ca.pem"
 --   k:kill(2); k:restart(2)                             -- 3-node clusters: one node at a time
+--   k:kill(2); local h = k:restart_bg(2); ...; h.wait()  -- restart while clients work
 --   rk.java{"consume", topic, n, 30}                    -- Kafka's Java client (spec/support/kafka/Peer.java)
 --
 -- Brokers belong to LK_KAFKA_OWNER (set by `make test` around all the Lua
@@ -22,12 +23,15 @@ local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
 local harness = root .. "/spec/support/kafka/harness.sh"
 _M.MAIN = "4.1.2"
 
+-- sh(cmd) -> ok, output. The exit status is read from the output: Lua
+-- 5.1's and LuaJIT's popen close() does not return it.
 local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
+  local p = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__rc=$?\""))
   local out = p:read("*a")
-  local ok, _, status = p:close()
-  if ok == true or (ok == nil and status == 0) or ok == 0 then return true, out end
-  return false, out
+  p:close()
+  local rc = out:match("__rc=(%d+)%s*$")
+  out = out:gsub("__rc=%d+%s*$", "")
+  return rc == "0", out
 end
 
 local function my_pid()
@@ -110,6 +114,39 @@ end
 function _M:restart(node)
   local ok, out = sh(harness .. " restart " .. self.name .. " " .. node)
   if not ok then error("restart node " .. node .. ": " .. out, 2) end
+end
+
+-- restart_bg(node) -> a handle for a restart running in the background
+-- (clients keep working while the node starts): h.wait([secs]) raises
+-- unless the node is ready within secs (default 200; the harness itself
+-- gives up after 180 s), h.done() -> true once the restart has finished.
+function _M:restart_bg(node)
+  local rcf, log = os.tmpname(), os.tmpname()
+  os.remove(rcf)
+  os.execute(("(%s restart %s %d >%s 2>&1; echo $? >%s.tmp; mv %s.tmp %s) &")
+    :format(harness, self.name, node, log, rcf, rcf, rcf))
+  local h, rc = {}, nil
+  local function poll()
+    if rc then return true end
+    local f = io.open(rcf, "rb")
+    if not f then return false end
+    rc = tonumber(f:read("*a"):match("%d+"))
+    f:close()
+    os.remove(rcf)
+    return true
+  end
+  function h.done() return poll() end
+  function h.wait(secs)
+    local socket = require "socket"
+    local stop = socket.gettime() + (secs or 200)
+    while not poll() and socket.gettime() < stop do socket.sleep(0.1) end
+    local f = io.open(log, "rb")
+    local out = f and f:read("*a") or ""
+    if f then f:close() end
+    if rc ~= 0 then error(("restart node %d: %s"):format(node, rc and out or "not done after " .. (secs or 200) .. " s"), 2) end
+    os.remove(log)
+  end
+  return h
 end
 
 function _M:stop()

@@ -110,6 +110,20 @@ function _M.stored_batches(client, topic, partition)
   error("stored_batches: no end to " .. topic .. "/" .. partition)
 end
 
+-- java_sasl_ssl(k [, mechanism]) -> the Java client's settings for the
+-- cluster's SASL_SSL listener as alice (SCRAM-SHA-512 unless given; the
+-- CA as a PEM trust store), for rk.java's props
+function _M.java_sasl_ssl(k, mechanism)
+  mechanism = mechanism or "SCRAM-SHA-512"
+  local module = mechanism == "PLAIN" and "org.apache.kafka.common.security.plain.PlainLoginModule"
+    or "org.apache.kafka.common.security.scram.ScramLoginModule"
+  return {
+    ["security.protocol"] = "SASL_SSL", ["sasl.mechanism"] = mechanism,
+    ["sasl.jaas.config"] = module .. ' required username="alice" password="alice-secret";',
+    ["ssl.truststore.type"] = "PEM", ["ssl.truststore.location"] = k.dir .. "/ca.pem",
+  }
+end
+
 -- keys_hex(list) -> the hex of every key, for the Java partitioner
 function _M.hex(s)
   return (s:gsub(".", function(ch) return string.format("%02x", ch:byte()) end))

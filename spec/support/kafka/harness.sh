@@ -116,6 +116,8 @@ share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 offsets.topic.num.partitions=3
 transaction.state.log.num.partitions=3
+# timed-out transactions aborted within 0.5 s (default 10 s): eos_spec's coordinator-timeout case
+transaction.abort.timed.out.transaction.cleanup.interval.ms=500
 log.cleaner.dedupe.buffer.size=16777216
 num.network.threads=2
 num.io.threads=2

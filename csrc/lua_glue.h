@@ -1,0 +1,75 @@
+/*
+ * lua_glue.h - private to the Lua binding's files, never installed:
+ *   lua_kafka.c    registration (luaopen_kafka_core), the box and the error
+ *                  contract, option readers, hashes and compression;
+ *   lua_schema.c   the schema visitors over Lua tables: frames, data
+ *                  structures, introspection;
+ *   lua_records.c  the builder userdata, headers, row and column record
+ *                  decoders;
+ *   lua_crypto.c   the SASL primitives.
+ * Error contract: misuse raises; bad or truncated bytes return nil,
+ * message, code (kfl_fail).
+ */
+#ifndef KF_LUA_GLUE_H
+#define KF_LUA_GLUE_H
+
+#include "buf.h"
+#include "compat.h"
+#include "records.h"
+
+#define KFL_DEFAULT_MAX_DECOMPRESSED (256u << 20)
+
+/* Scratch memory of one call, owned by the GC. */
+typedef struct box {
+  kf_writer w;      /* the output frame */
+  kf_writer tmp;    /* records encoded before being length-prefixed */
+  kf_batch batch;   /* builder for message arrays */
+  kf_rec_scratch s; /* decompression buffers */
+  int live;
+} box;
+
+/* Pushes a new box; it stays on the stack for the duration of the call. */
+box *kfl_box_new(lua_State *L);
+/* Frees a box's buffers once the call's results are pushed. Returns nret. */
+int kfl_box_done(box *b, int nret);
+/* Pushes nil, message, code (the error contract for bad data); returns 3. */
+int kfl_fail(lua_State *L, const kf_err *e);
+int kfl_fail_msg(lua_State *L, int code, const char *msg);
+
+/* Option readers of the table at t: an absent option is def; a wrong type raises. */
+int kfl_opt_int(lua_State *L, int t, const char *k, int64_t def, int64_t *out);
+int kfl_opt_bool(lua_State *L, int t, const char *k, int def);
+/* Codec from a name or number at idx (nil: none); raises when unknown. */
+int kfl_codec(lua_State *L, int idx);
+
+/* lua_records.c */
+
+/* Options of the records decoders beyond kf_rec_opts. */
+typedef struct kfl_rec_extra {
+  int into;            /* stack index of a table to append to, or 0 */
+  int set;             /* stack index of a table of fields to copy, or 0 */
+  int skip_control;
+  int batches;         /* build the batches array */
+  int64_t min_offset;
+  int stop_at_error;
+} kfl_rec_extra;
+
+/* Reads check_crc and max_decompressed from the options table at idx (or
+ * none) into o. */
+void kfl_rec_opts(lua_State *L, int idx, kf_rec_opts *o);
+/* Decodes records into a messages table left on the stack; -1 (nothing
+ * pushed, e set) when the framing is corrupt. */
+int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
+                     const kfl_rec_extra *x, int64_t *next, kf_err *e);
+/* A records field's value at idx: a message array or a builder? */
+int kfl_is_records(lua_State *L, int idx);
+/* Encodes the records value at idx (see kfl_is_records) into out; magic is
+ * the format the request version implies. */
+int kfl_encode_records_value(lua_State *L, int idx, int magic, box *bx, kf_writer *out, kf_err *e);
+/* Sets the records functions into the table on top; makes the builder's metatable. */
+void kfl_open_records(lua_State *L);
+
+/* lua_schema.c: sets the schema functions into the table on top. */
+void kfl_open_schema(lua_State *L);
+
+#endif

@@ -1,0 +1,757 @@
+/*
+ * lua_records.c - records in Lua (see lua_glue.h): message arrays and the
+ * builder userdata (proto.batch) encoded through the core's kf_batch,
+ * headers, and the row (decode_records) and column (decode_columns)
+ * decoders over the core's records visitor.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "compat.h"
+#include "compress.h"
+#include "lua_glue.h"
+#include "records.h"
+
+#define BATCH_MT "kafka.core.batch"
+
+/* --------------------------------------------------------------- headers */
+
+/* Reads a header key/value pair at the top two stack slots (k at -2). */
+static void header_kv(lua_State *L, const char **k, size_t *kl, const char **v, size_t *vl) {
+  if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "record header keys must be strings");
+  *k = lua_tolstring(L, -2, kl);
+  if (lua_isnil(L, -1)) {
+    *v = NULL;
+    *vl = 0;
+  } else if (lua_type(L, -1) == LUA_TSTRING) {
+    *v = lua_tolstring(L, -1, vl);
+  } else {
+    luaL_error(L, "record header values must be strings or nil");
+  }
+}
+
+/* Walks the headers table at idx: an array of {key=, value=} (or {k, v})
+ * or a map name -> value. With b == NULL it only counts and sizes them. */
+static uint32_t headers_walk(lua_State *L, int idx, kf_batch *b, size_t *size) {
+  uint32_t n = 0;
+  size_t total = 0, len;
+  const char *k, *v;
+  size_t kl, vl;
+  luaL_checkstack(L, 4, "headers");
+  len = lua_rawlen(L, idx);
+  if (len > 0) {
+    size_t i;
+    for (i = 1; i <= len; i++) {
+      lua_rawgeti(L, idx, (int)i);
+      if (lua_type(L, -1) != LUA_TTABLE) luaL_error(L, "record header %d must be a table", (int)i);
+      lua_getfield(L, -1, "key");
+      if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+      } else {
+        lua_getfield(L, -2, "value");
+      }
+      header_kv(L, &k, &kl, &v, &vl);
+      if (b) kf_batch_header(b, k, kl, v, vl);
+      total += kf_v2_header_size(kl, v, vl);
+      n++;
+      lua_pop(L, 3);
+    }
+  } else {
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+      header_kv(L, &k, &kl, &v, &vl);
+      if (b) kf_batch_header(b, k, kl, v, vl);
+      total += kf_v2_header_size(kl, v, vl);
+      n++;
+      lua_pop(L, 1);
+    }
+  }
+  *size = total;
+  return n;
+}
+
+/* Appends one record to b. Stack args: value, key, headers (table index or
+ * 0), timestamp (absent: now). Raises on wrong types. */
+static int batch_add(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, kf_err *e) {
+  const char *val = NULL, *key = NULL;
+  size_t vl = 0, kl = 0, hsize = 0;
+  uint32_t nh = 0;
+  int64_t ts = -1;
+  if (!lua_isnil(L, vi)) {
+    if (lua_type(L, vi) != LUA_TSTRING) luaL_error(L, "record value must be a string or nil");
+    val = lua_tolstring(L, vi, &vl);
+  }
+  if (ki && !lua_isnil(L, ki)) {
+    if (lua_type(L, ki) != LUA_TSTRING) luaL_error(L, "record key must be a string or nil");
+    key = lua_tolstring(L, ki, &kl);
+  }
+  if (ti && !lua_isnil(L, ti)) {
+    if (!kf_toi64(L, ti, &ts)) luaL_error(L, "record timestamp must be an integer (ms)");
+  } else {
+    ts = b->magic == 0 ? -1 : kf_now_ms();
+  }
+  if (hi && !lua_isnil(L, hi)) {
+    if (lua_type(L, hi) != LUA_TTABLE) luaL_error(L, "record headers must be a table");
+    nh = headers_walk(L, hi, NULL, &hsize);
+  }
+  if (kf_batch_record(b, ts, key, kl, val, vl, nh, hsize, e)) return -1;
+  if (nh) headers_walk(L, hi, b, &hsize);
+  return 0;
+}
+
+/* Fills b from the message array at idx (strings are values; tables have
+ * key, value, headers, timestamp). */
+static int batch_fill(lua_State *L, int idx, kf_batch *b, kf_err *e) {
+  size_t i, n = lua_rawlen(L, idx);
+  luaL_checkstack(L, 8, "messages");
+  for (i = 1; i <= n; i++) {
+    int top = lua_gettop(L), rc;
+    lua_rawgeti(L, idx, (int)i);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      rc = batch_add(L, b, top + 1, 0, 0, 0, e);
+    } else if (lua_type(L, -1) == LUA_TTABLE) {
+      lua_getfield(L, top + 1, "value");
+      lua_getfield(L, top + 1, "key");
+      lua_getfield(L, top + 1, "headers");
+      lua_getfield(L, top + 1, "timestamp");
+      rc = batch_add(L, b, top + 2, top + 3, top + 4, top + 5, e);
+    } else {
+      return luaL_error(L, "message %d must be a table or a string", (int)i);
+    }
+    lua_settop(L, top);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+/* Reads encode options from the table at idx into o (base_offset,
+ * producer_id, producer_epoch, base_sequence, partition_leader_epoch,
+ * transactional, control). */
+static void batch_opts(lua_State *L, int idx, kf_batch_opts *o) {
+  int64_t v;
+  kf_batch_opts_default(o);
+  if (!idx || lua_type(L, idx) != LUA_TTABLE) return;
+  kfl_opt_int(L, idx, "base_offset", 0, &v);
+  o->base_offset = v;
+  kfl_opt_int(L, idx, "producer_id", -1, &v);
+  o->producer_id = v;
+  kfl_opt_int(L, idx, "producer_epoch", -1, &v);
+  o->producer_epoch = (int16_t)v;
+  kfl_opt_int(L, idx, "base_sequence", -1, &v);
+  o->base_sequence = (int32_t)v;
+  kfl_opt_int(L, idx, "partition_leader_epoch", -1, &v);
+  o->partition_leader_epoch = (int32_t)v;
+  o->transactional = kfl_opt_bool(L, idx, "transactional", 0);
+  o->control = kfl_opt_bool(L, idx, "control", 0);
+}
+
+static int read_magic(lua_State *L, int idx, int def) {
+  int64_t m;
+  kfl_opt_int(L, idx, "magic", def, &m);
+  if (m < 0 || m > 2) luaL_error(L, "magic must be 0, 1 or 2");
+  return (int)m;
+}
+
+/* Encodes the message array at idx (with its own options) into out. */
+static int encode_messages(lua_State *L, int idx, int magic, box *bx, kf_writer *out, kf_err *e) {
+  kf_batch_opts o;
+  int codec;
+  magic = read_magic(L, idx, magic);
+  lua_getfield(L, idx, "compression");
+  codec = kfl_codec(L, -1);
+  lua_pop(L, 1);
+  kf_batch_free(&bx->batch);
+  kf_batch_init(&bx->batch, magic, codec);
+  if (batch_fill(L, idx, &bx->batch, e)) return -1;
+  batch_opts(L, idx, &o);
+  return kf_batch_encode(&bx->batch, &o, out, e);
+}
+
+/* ---------------------------------------------------- the batch builder */
+
+typedef struct lbatch {
+  kf_batch b;
+  kf_writer out;
+  kf_batch_opts stamp; /* the options a request encodes it with (b:stamp) */
+  int live;
+} lbatch;
+
+/* The builder at argument 1. The methods carry the metatable as upvalue 1,
+ * so the check is a pointer comparison, not a registry lookup by name. */
+static lbatch *check_batch(lua_State *L) {
+  lbatch *lb = (lbatch *)lua_touserdata(L, 1);
+  if (!lb || !lua_getmetatable(L, 1) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_argerror(L, 1, "kafka.batch expected");
+  lua_pop(L, 1);
+  if (!lb->live) luaL_error(L, "record batch builder is closed");
+  return lb;
+}
+
+/* proto.batch{compression=, magic=} -> builder userdata. */
+static int l_batch(lua_State *L) {
+  int magic = 2, codec = 0;
+  lbatch *lb;
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    magic = read_magic(L, 1, 2);
+    lua_getfield(L, 1, "compression");
+    codec = kfl_codec(L, -1);
+    lua_pop(L, 1);
+    if (codec == KF_CODEC_ZSTD && magic < 2) luaL_error(L, "zstd needs magic 2");
+  }
+  lb = (lbatch *)kf_newuserdata(L, sizeof(lbatch));
+  kf_batch_init(&lb->b, magic, codec);
+  kf_w_init(&lb->out);
+  kf_batch_opts_default(&lb->stamp);
+  lb->live = 1;
+  luaL_setmetatable(L, BATCH_MT);
+  return 1;
+}
+
+/* b:append(value, key, headers, timestamp) -> count; raises on misuse. */
+static int l_batch_append(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  kf_err e = {0, {0}};
+  lua_settop(L, 5);
+  if (batch_add(L, &lb->b, 2, 3, 4, 5, &e)) return kfl_fail(L, &e);
+  lua_pushinteger(L, lb->b.count);
+  return 1;
+}
+
+static int l_batch_len(lua_State *L) {
+  lua_pushinteger(L, check_batch(L)->b.count);
+  return 1;
+}
+
+/* Uncompressed size the encoded batch will have (header included). */
+static int l_batch_bytes(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  size_t n = lb->b.body.len;
+  if (lb->b.count) n += lb->b.magic == 2 ? KF_V2_HEADER : (lb->b.codec ? 34 : 0);
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+/* b:encode{base_offset=, producer_id=, ...} -> bytes (the builder keeps
+ * its records; call b:clear() to reuse it). */
+static int l_batch_encode(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  kf_batch_opts o;
+  kf_err e = {0, {0}};
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  batch_opts(L, lua_isnoneornil(L, 2) ? 0 : 2, &o);
+  lb->out.len = 0;
+  lb->out.err = 0;
+  if (kf_batch_encode(&lb->b, &o, &lb->out, &e)) return kfl_fail(L, &e);
+  lua_pushlstring(L, lb->out.len ? (const char *)lb->out.buf : "", lb->out.len);
+  return 1;
+}
+
+/* b:stamp{producer_id=, producer_epoch=, base_sequence=, transactional=}
+ * -> b: the options the builder is encoded with when it goes into a request
+ * (a Produce's records field); without a stamp, the defaults. */
+static int l_batch_stamp(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  batch_opts(L, lua_isnoneornil(L, 2) ? 0 : 2, &lb->stamp);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int l_batch_clear(lua_State *L) {
+  kf_batch_clear(&check_batch(L)->b);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int l_batch_close(lua_State *L) {
+  lbatch *lb = (lbatch *)luaL_checkudata(L, 1, BATCH_MT);
+  if (lb->live) {
+    kf_batch_free(&lb->b);
+    kf_w_free(&lb->out);
+    lb->live = 0;
+  }
+  return 0;
+}
+
+static int l_batch_tostring(lua_State *L) {
+  lbatch *lb = (lbatch *)luaL_checkudata(L, 1, BATCH_MT);
+  lua_pushfstring(L, "kafka.batch(magic %d, %s, %d records)", lb->b.magic,
+                  kf_codec_name(lb->b.codec), lb->live ? (int)lb->b.count : 0);
+  return 1;
+}
+/* A records field's value at idx: a message array or a builder? */
+int kfl_is_records(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TTABLE || luaL_testudata(L, idx, BATCH_MT) != NULL;
+}
+
+/* Encodes the records value at idx: a message array with its own options,
+ * or a builder with its stamp (b:stamp). */
+int kfl_encode_records_value(lua_State *L, int idx, int magic, box *bx, kf_writer *out, kf_err *e) {
+  lbatch *lb;
+  if (lua_type(L, idx) == LUA_TTABLE) return encode_messages(L, idx, magic, bx, out, e);
+  lb = (lbatch *)luaL_checkudata(L, idx, BATCH_MT);
+  if (!lb->live) luaL_error(L, "record batch builder is closed");
+  return kf_batch_encode(&lb->b, &lb->stamp, out, e);
+}
+
+/* ------------------------------------------------------ records decoding */
+
+void kfl_rec_opts(lua_State *L, int idx, kf_rec_opts *o) {
+  int64_t lim;
+  o->check_crc = 1;
+  o->max_decompressed = KFL_DEFAULT_MAX_DECOMPRESSED;
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  o->check_crc = kfl_opt_bool(L, idx, "check_crc", 1);
+  kfl_opt_int(L, idx, "max_decompressed", KFL_DEFAULT_MAX_DECOMPRESSED, &lim);
+  if (lim < 0) luaL_error(L, "max_decompressed must not be negative");
+  o->max_decompressed = (size_t)lim;
+}
+
+/* Records visitor: the stack holds messages, batches, errors tables. */
+typedef struct lrec {
+  lua_State *L;
+  int msgs, batches, errors;
+  int nmsg, nbatch, nerr;
+  /* consumer options (decode_records): */
+  int want_batches;    /* build the batches array */
+  int set_base, nset;  /* key/value pairs copied into every message */
+  int skip_control;    /* leave out control records */
+  int64_t min_offset;  /* leave out records below it */
+  int64_t next;        /* one past the highest offset seen (0: none) */
+  /* stop_at_error: what comes at and after the first problem is left out */
+  int stop_at_error, stopped;
+  int batch_nmsg;      /* messages before the latest v2 batch */
+  int64_t batch_next;  /* next before the latest v2 batch */
+  int32_t batch_left;  /* records of the latest v2 batch still to come */
+} lrec;
+
+static int r_batch(void *u, const kf_batch_info *b) {
+  lrec *c = (lrec *)u;
+  lua_State *L = c->L;
+  if (c->stopped) return 0;
+  c->batch_nmsg = c->nmsg;
+  c->batch_next = c->next;
+  c->batch_left = b->magic == 2 ? b->count : 0;
+  if (b->magic == 2) {
+    int64_t end = kf_add64(b->base_offset, (int64_t)b->last_offset_delta + 1);
+    if (end > c->next) c->next = end; /* control and compacted batches move us on too */
+  }
+  if (!c->want_batches) return 0;
+  lua_createtable(L, 0, 16);
+  kf_pushi64(L, b->base_offset);
+  lua_setfield(L, -2, "base_offset");
+  lua_pushinteger(L, b->magic);
+  lua_setfield(L, -2, "magic");
+  lua_pushstring(L, kf_codec_name(b->codec));
+  lua_setfield(L, -2, "compression");
+  lua_pushinteger(L, b->timestamp_type);
+  lua_setfield(L, -2, "timestamp_type");
+  lua_pushboolean(L, b->transactional);
+  lua_setfield(L, -2, "transactional");
+  lua_pushboolean(L, b->control);
+  lua_setfield(L, -2, "control");
+  lua_pushinteger(L, b->last_offset_delta);
+  lua_setfield(L, -2, "last_offset_delta");
+  lua_pushinteger(L, b->partition_leader_epoch);
+  lua_setfield(L, -2, "partition_leader_epoch");
+  kf_pushi64(L, b->first_timestamp);
+  lua_setfield(L, -2, "first_timestamp");
+  kf_pushi64(L, b->max_timestamp);
+  lua_setfield(L, -2, "max_timestamp");
+  kf_pushi64(L, b->producer_id);
+  lua_setfield(L, -2, "producer_id");
+  lua_pushinteger(L, b->producer_epoch);
+  lua_setfield(L, -2, "producer_epoch");
+  lua_pushinteger(L, b->base_sequence);
+  lua_setfield(L, -2, "base_sequence");
+  lua_pushinteger(L, b->count);
+  lua_setfield(L, -2, "count");
+  kf_pushi64(L, (int64_t)b->crc);
+  lua_setfield(L, -2, "crc");
+  lua_pushinteger(L, (lua_Integer)b->byte_offset);
+  lua_setfield(L, -2, "byte_offset");
+  lua_rawseti(L, c->batches, ++c->nbatch);
+  return 0;
+}
+
+/* Pushes a record's headers as an array of {key=, value=} (value absent
+ * when null). */
+static void push_headers(lua_State *L, const kf_record *r) {
+  kf_reader hr;
+  const uint8_t *k, *v;
+  size_t kl, vl;
+  int i = 0;
+  kf_r_init(&hr, r->headers, r->headers_len);
+  lua_createtable(L, (int)r->nheaders, 0);
+  while (kf_headers_next(&hr, &k, &kl, &v, &vl)) {
+    lua_createtable(L, 0, 2);
+    lua_pushlstring(L, (const char *)k, kl);
+    lua_setfield(L, -2, "key");
+    if (v) {
+      lua_pushlstring(L, (const char *)v, vl);
+      lua_setfield(L, -2, "value");
+    }
+    lua_rawseti(L, -2, ++i);
+  }
+}
+
+static int r_record(void *u, const kf_record *r) {
+  lrec *c = (lrec *)u;
+  lua_State *L = c->L;
+  int j;
+  if (c->stopped) return 0;
+  if (r->magic == 2 && c->batch_left > 0) c->batch_left--;
+  if (r->offset >= c->next) c->next = kf_add64(r->offset, 1);
+  if (r->offset < c->min_offset || (c->skip_control && r->control)) return 0;
+  /* the exact field count: a hash part one size too big doubles the table */
+  lua_createtable(L, 0, 2 + (r->key != NULL) + (r->value != NULL) + (r->nheaders > 0) + (r->crc >= 0) +
+                            r->control + c->nset);
+  for (j = 0; j < c->nset; j++) {
+    lua_pushvalue(L, c->set_base + 2 * j);
+    lua_pushvalue(L, c->set_base + 2 * j + 1);
+    lua_rawset(L, -3);
+  }
+  kf_pushi64(L, r->offset);
+  lua_setfield(L, -2, "offset");
+  kf_pushi64(L, r->timestamp);
+  lua_setfield(L, -2, "timestamp");
+  if (r->key) {
+    lua_pushlstring(L, (const char *)r->key, r->key_len);
+    lua_setfield(L, -2, "key");
+  }
+  if (r->value) {
+    lua_pushlstring(L, (const char *)r->value, r->value_len);
+    lua_setfield(L, -2, "value");
+  }
+  if (r->nheaders) {
+    push_headers(L, r);
+    lua_setfield(L, -2, "headers");
+  }
+  if (r->crc >= 0) {
+    kf_pushi64(L, r->crc);
+    lua_setfield(L, -2, "crc");
+  }
+  if (r->control) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "control");
+  }
+  lua_rawseti(L, c->msgs, ++c->nmsg);
+  return 0;
+}
+
+/* A problem is listed in errors. With stop_at_error the messages end
+ * before it: a v2 batch it interrupts is taken back whole (a consumer's
+ * position must never land inside a batch it did not deliver), and
+ * nothing after it is added. */
+static int r_problem(void *u, int code, const char *msg) {
+  lrec *c = (lrec *)u;
+  (void)code;
+  if (c->stop_at_error && !c->stopped) {
+    c->stopped = 1;
+    if (c->batch_left > 0) {
+      while (c->nmsg > c->batch_nmsg) {
+        lua_pushnil(c->L);
+        lua_rawseti(c->L, c->msgs, c->nmsg--);
+      }
+      c->next = c->batch_next;
+    }
+  }
+  lua_pushstring(c->L, msg);
+  lua_rawseti(c->L, c->errors, ++c->nerr);
+  return 0;
+}
+
+/* Decodes records into a messages table left on the stack (x->into, or a
+ * new one), with fields batches, partial (when true) and errors (when
+ * any). Returns 0, or -1 (nothing pushed) when the blob's framing is
+ * corrupt. *next gets one past the highest offset seen (0: none). */
+int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
+                        const kfl_rec_extra *x, int64_t *next, kf_err *e) {
+  lrec c;
+  kf_rec_visitor v;
+  kf_rec_result res;
+  int base = lua_gettop(L);
+  luaL_checkstack(L, 40, "records");
+  if (x && x->into) lua_pushvalue(L, x->into);
+  else lua_newtable(L);
+  lua_newtable(L);
+  lua_newtable(L);
+  c.L = L;
+  c.msgs = base + 1;
+  c.batches = base + 2;
+  c.errors = base + 3;
+  c.nmsg = (int)lua_rawlen(L, base + 1);
+  c.nbatch = c.nerr = 0;
+  c.want_batches = x ? x->batches : 1;
+  c.skip_control = x ? x->skip_control : 0;
+  c.min_offset = x ? x->min_offset : INT64_MIN;
+  c.stop_at_error = x ? x->stop_at_error : 0;
+  c.stopped = 0;
+  c.batch_nmsg = c.nmsg;
+  c.batch_next = 0;
+  c.batch_left = 0;
+  c.next = 0;
+  c.set_base = base + 4;
+  c.nset = 0;
+  if (x && x->set) {
+    lua_pushnil(L);
+    while (lua_next(L, x->set)) {
+      if (c.nset == 16) luaL_error(L, "decode_records: at most 16 fields in 'set'");
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2); /* key, value, key -> keep key and value, next key on top */
+      lua_pushvalue(L, -2);
+      lua_remove(L, -3);
+      c.nset++;
+    }
+  }
+  v.ud = &c;
+  v.batch = r_batch;
+  v.record = r_record;
+  v.problem = r_problem;
+  if (kf_records_decode(p, n, o, &bx->s, &v, &res, e)) {
+    lua_settop(L, base);
+    return -1;
+  }
+  if (c.want_batches) {
+    lua_pushvalue(L, base + 2);
+    lua_setfield(L, base + 1, "batches");
+  }
+  if (c.nerr) {
+    lua_pushvalue(L, base + 3);
+    lua_setfield(L, base + 1, "errors");
+  }
+  if (res.partial) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, base + 1, "partial");
+  }
+  lua_settop(L, base + 1);
+  if (next) *next = c.next;
+  return 0;
+}
+/* encode_records(messages [, opts]) -> bytes. opts override the fields of
+ * the messages table (magic, compression, base_offset, producer_id, ...). */
+static int l_encode_records(lua_State *L) {
+  kf_err e = {0, {0}};
+  kf_batch_opts o;
+  box *bx;
+  int magic, codec, oi;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  oi = lua_isnil(L, 2) ? 1 : 2;
+  magic = read_magic(L, oi, oi == 2 ? read_magic(L, 1, 2) : 2);
+  lua_getfield(L, oi, "compression");
+  if (lua_isnil(L, -1) && oi == 2) {
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "compression");
+  }
+  codec = kfl_codec(L, -1);
+  lua_pop(L, 1);
+  bx = kfl_box_new(L);
+  kf_batch_free(&bx->batch);
+  kf_batch_init(&bx->batch, magic, codec);
+  if (batch_fill(L, 1, &bx->batch, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
+  batch_opts(L, oi, &o);
+  if (kf_batch_encode(&bx->batch, &o, &bx->w, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
+  if (bx->w.err) return kfl_box_done(bx, kfl_fail_msg(L, bx->w.err, "out of memory"));
+  lua_pushlstring(L, bx->w.len ? (const char *)bx->w.buf : "", bx->w.len);
+  return kfl_box_done(bx, 1);
+}
+
+/* decode_records(bytes [, opts]) -> messages, info {batches, partial, errors,
+ * count, next_offset}. Besides the decode options, opts may hold the
+ * consumer's: into (append to this table), set (fields copied into every
+ * message), min_offset (leave out records below it), skip_control (leave
+ * out control records), batches = false (no batches array), stop_at_error
+ * (the messages end before the first problem; next_offset is then where
+ * it starts). */
+static int l_decode_records(lua_State *L) {
+  size_t n;
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  kf_err e = {0, {0}};
+  kf_rec_opts ro;
+  box *bx;
+  kfl_rec_extra x = {0, 0, 0, 1, INT64_MIN, 0};
+  int64_t next = 0;
+  kfl_rec_opts(L, 2, &ro);
+  lua_settop(L, 2);
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "into");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_istable(L, -1), 2, "'into' must be a table");
+      x.into = lua_gettop(L);
+    }
+    lua_getfield(L, 2, "set");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_istable(L, -1), 2, "'set' must be a table");
+      x.set = lua_gettop(L);
+    }
+    kfl_opt_int(L, 2, "min_offset", INT64_MIN, &x.min_offset);
+    x.skip_control = kfl_opt_bool(L, 2, "skip_control", 0);
+    x.batches = kfl_opt_bool(L, 2, "batches", 1);
+    x.stop_at_error = kfl_opt_bool(L, 2, "stop_at_error", 0);
+  }
+  bx = kfl_box_new(L);
+  if (kfl_push_records(L, p, n, &ro, bx, &x, &next, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
+  lua_createtable(L, 0, 6);
+  lua_getfield(L, -2, "batches");
+  lua_setfield(L, -2, "batches");
+  lua_getfield(L, -2, "errors");
+  lua_setfield(L, -2, "errors");
+  lua_getfield(L, -2, "partial");
+  lua_pushboolean(L, lua_toboolean(L, -1));
+  lua_setfield(L, -3, "partial");
+  lua_pop(L, 1);
+  lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -2));
+  lua_setfield(L, -2, "count");
+  if (next) {
+    kf_pushi64(L, next);
+    lua_setfield(L, -2, "next_offset");
+  }
+  if (x.into) {
+    /* the messages were appended to 'into': their fields stay out of it */
+    lua_pushnil(L);
+    lua_setfield(L, -3, "batches");
+    lua_pushnil(L);
+    lua_setfield(L, -3, "errors");
+    lua_pushnil(L);
+    lua_setfield(L, -3, "partial");
+  }
+  return kfl_box_done(bx, 2);
+}
+
+/* Columnar records visitor: one array per field instead of a table per
+ * message (the fast way to read big fetches). The stack holds, from base:
+ * result, offset, timestamp, key, value, headers, errors. */
+typedef struct lcol {
+  lua_State *L;
+  int base;
+  int n;
+  int nerr;
+} lcol;
+
+static int c_record(void *u, const kf_record *r) {
+  lcol *c = (lcol *)u;
+  lua_State *L = c->L;
+  int i = ++c->n;
+  kf_pushi64(L, r->offset);
+  lua_rawseti(L, c->base + 1, i);
+  kf_pushi64(L, r->timestamp);
+  lua_rawseti(L, c->base + 2, i);
+  if (r->key) {
+    lua_pushlstring(L, (const char *)r->key, r->key_len);
+    lua_rawseti(L, c->base + 3, i);
+  }
+  if (r->value) {
+    lua_pushlstring(L, (const char *)r->value, r->value_len);
+    lua_rawseti(L, c->base + 4, i);
+  }
+  if (r->nheaders || r->control) {
+    push_headers(L, r);
+    if (r->control) {
+      lua_pushboolean(L, 1);
+      lua_setfield(L, -2, "control");
+    }
+    lua_rawseti(L, c->base + 5, i);
+  }
+  return 0;
+}
+
+static int c_problem(void *u, int code, const char *msg) {
+  lcol *c = (lcol *)u;
+  (void)code;
+  lua_pushstring(c->L, msg);
+  lua_rawseti(c->L, c->base + 6, ++c->nerr);
+  return 0;
+}
+
+/* decode_columns(bytes [, opts]) -> {n=, offset={}, timestamp={}, key={},
+ * value={}, headers={}}, info {partial, batches, errors} | nil, err, code.
+ * key, value and headers are sparse (nil where null or absent); a control
+ * record has headers[i].control = true. */
+static int l_decode_columns(lua_State *L) {
+  size_t n;
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  static const char *const cols[] = {"offset", "timestamp", "key", "value", "headers"};
+  kf_err e = {0, {0}};
+  kf_rec_visitor v;
+  kf_rec_result res;
+  kf_rec_opts ro;
+  lcol c;
+  box *bx;
+  int i;
+  kfl_rec_opts(L, 2, &ro);
+  lua_settop(L, 2);
+  bx = kfl_box_new(L);
+  luaL_checkstack(L, 12, "columns");
+  c.L = L;
+  c.base = lua_gettop(L) + 1;
+  c.n = c.nerr = 0;
+  lua_createtable(L, 0, 6);
+  for (i = 0; i < 5; i++) lua_createtable(L, i < 2 ? (int)(n / 64) : 0, 0);
+  lua_newtable(L);
+  v.ud = &c;
+  v.batch = NULL;
+  v.record = c_record;
+  v.problem = c_problem;
+  if (kf_records_decode(p, n, &ro, &bx->s, &v, &res, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
+  for (i = 0; i < 5; i++) {
+    lua_pushvalue(L, c.base + 1 + i);
+    lua_setfield(L, c.base, cols[i]);
+  }
+  lua_pushinteger(L, c.n);
+  lua_setfield(L, c.base, "n");
+  lua_createtable(L, 0, 3);
+  lua_pushboolean(L, res.partial);
+  lua_setfield(L, -2, "partial");
+  lua_pushinteger(L, (lua_Integer)res.batches);
+  lua_setfield(L, -2, "batches");
+  if (c.nerr) {
+    lua_pushvalue(L, c.base + 6);
+    lua_setfield(L, -2, "errors");
+  }
+  lua_replace(L, c.base + 1);
+  lua_settop(L, c.base + 1);
+  return kfl_box_done(bx, 2);
+}
+static const luaL_Reg records_funcs[] = {
+  {"encode_records", l_encode_records},
+  {"decode_records", l_decode_records},
+  {"decode_columns", l_decode_columns},
+  {"batch", l_batch},
+  {NULL, NULL}
+};
+
+static const luaL_Reg batch_methods[] = {
+  {"append", l_batch_append},
+  {"bytes_size", l_batch_bytes},
+  {"encode", l_batch_encode},
+  {"clear", l_batch_clear},
+  {"stamp", l_batch_stamp},
+  {"close", l_batch_close},
+  {NULL, NULL}
+};
+
+void kfl_open_records(lua_State *L) {
+  luaL_newmetatable(L, BATCH_MT);
+  lua_pushcfunction(L, l_batch_close);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, l_batch_close);
+  lua_setfield(L, -2, "__close");
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, l_batch_len, 1);
+  lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, l_batch_tostring);
+  lua_setfield(L, -2, "__tostring");
+  luaL_newlibtable(L, batch_methods);
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, batch_methods, 1); /* upvalue 1: the metatable */
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_setfuncs(L, records_funcs, 0);
+}
