@@ -74,6 +74,8 @@ for r = 0, runs do -- run 0 is the warm-up
   local t1 = socket.gettime()
   assert(failed == 0, failed .. " messages failed")
   if r > 0 then print(("produce%s\t%d\t%s\t%.0f"):format(suffix, size, codec, n / (t1 - t0))) end
+  -- which transaction protocol ran (1: KIP-98's AddPartitionsToTxn flow, 2: KIP-890's)
+  if txn and r > 0 then print(("transaction_version\t%d\t%s\t%d"):format(size, codec, p:stats().transaction_version)) end
 
   local parts = {}
   for i = 0, assert(client:partitions(topic)) - 1 do parts[#parts + 1] = { topic = topic, partition = i, offset = 0 } end

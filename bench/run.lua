@@ -640,7 +640,10 @@ if REAL then
     TXN_MSGS)
   t[#t + 1] = "commit; the producer's set-up, InitProducerId with the transactional id, before the clock), lua-kafka"
   t[#t + 1] = "at its defaults beside Kafka's Java client (the settings above, transactional.id set), then read back"
-  t[#t + 1] = "read_committed by each one's consumer:"
+  local tv = (results["transaction_version 100 none"] or {}).real_lua54
+  t[#t + 1] = ("read_committed by each one's consumer; lua-kafka ran transactions v%s"):format(tv or "-")
+  t[#t + 1] = tv == 2 and "(KIP-890: the cluster finalized transaction.version 2, no AddPartitionsToTxn):"
+    or "(KIP-98's flow: AddPartitionsToTxn before a partition's first batch):"
   t[#t + 1] = ""
   t[#t + 1] = "| transactions, real broker | lua-kafka (Lua 5.4) | Java kafka-clients " .. rk.MAIN .. " | ratio |"
   t[#t + 1] = "|---|---|---|---|"
