@@ -1,8 +1,10 @@
 -- bench/e2e.lua: our producer and consumer, N messages of SIZE bytes to a
 -- fresh topic per run (acks=all, batching on), then read back. Same output
--- as bench/rdkafka_bench.c.   lua5.4 bench/e2e.lua BROKERS TOPIC_PREFIX N RUNS SIZE [CODEC [MODE]]
+-- as bench/rdkafka_bench.c.   lua5.4 bench/e2e.lua BROKERS TOPIC_PREFIX N RUNS SIZE [CODEC [MODE [TXN_MSGS]]]
 -- MODE: "idempotent" or "plain" (enable_idempotence true/false; the ops are then
 -- named produce_MODE / consume_MODE); without it the producer's default (idempotent).
+-- MODE "transactional": a transactional_id, one transaction per TXN_MSGS
+-- messages (begin, sends, commit_transaction), read back read_committed.
 -- MODE "sasl_ssl" CA_PEM USER PASSWORD: the producer's default over SASL_SSL
 -- with SCRAM-SHA-512 (README: Security), ops named produce_sasl_ssl / consume_sasl_ssl.
 local kafka = require "kafka"
@@ -11,8 +13,11 @@ local socket = require "socket"
 local brokers, prefix, n, runs, size = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5])
 local codec = arg[6] or "none"
 local mode = arg[7]
-assert(mode == nil or mode == "idempotent" or mode == "plain" or mode == "sasl_ssl",
-  "MODE: idempotent, plain or sasl_ssl")
+assert(mode == nil or mode == "idempotent" or mode == "plain" or mode == "sasl_ssl" or mode == "transactional",
+  "MODE: idempotent, plain, sasl_ssl or transactional")
+local txn = mode == "transactional"
+local per_txn = tonumber(arg[8])
+assert(not txn or (per_txn and per_txn >= 1), "MODE transactional needs TXN_MSGS")
 local suffix = mode and ("_" .. mode) or ""
 local idem -- nil: the producer's default
 if mode == "plain" then idem = false elseif mode == "idempotent" then idem = true end
@@ -35,22 +40,42 @@ end
 -- connections (a TLS handshake and SASL each, over SASL_SSL) are made in
 -- the warm-up, not inside a measured run
 local FETCH_WAIT_MS = 100
-local c = kafka.consumer.new(client, { fetch_max_wait_ms = FETCH_WAIT_MS })
+local c = kafka.consumer.new(client, { fetch_max_wait_ms = FETCH_WAIT_MS,
+  isolation_level = txn and "read_committed" or nil })
 for r = 0, runs do -- run 0 is the warm-up
   local topic = prefix .. r
   -- default batching (linger_ms 100, batch_size 1 MiB); successes counted,
   -- failures reported (librdkafka's bench counts in a delivery callback)
   local p = kafka.producer.new(client, { acks = -1, delivery_reports = "errors", compression = codec,
-    enable_idempotence = idem })
+    enable_idempotence = idem, transactional_id = txn and ("bench-" .. topic) or nil })
+  -- (InitProducerId with the transactional id is set-up, as the Java
+  -- peer's initTransactions() before its clock starts)
+  if txn then assert(p:init_transactions()) end
   local t0 = socket.gettime()
-  for i = 1, n do
-    assert(p:send(topic, pool[i % 1000 + 1]))
+  local _, failed, delivered
+  if txn then
+    failed, delivered = 0, 0
+    for i = 1, n do
+      if (i - 1) % per_txn == 0 then assert(p:begin_transaction()) end
+      assert(p:send(topic, pool[i % 1000 + 1]))
+      if i % per_txn == 0 or i == n then
+        assert(p:commit_transaction())
+        local _, f, d = p:flush()
+        failed, delivered = failed + f, delivered + d
+      end
+    end
+  else
+    for i = 1, n do
+      assert(p:send(topic, pool[i % 1000 + 1]))
+    end
+    _, failed, delivered = p:flush()
   end
-  local _, failed, delivered = p:flush()
   assert(delivered == n, delivered .. " delivered")
   local t1 = socket.gettime()
   assert(failed == 0, failed .. " messages failed")
   if r > 0 then print(("produce%s\t%d\t%s\t%.0f"):format(suffix, size, codec, n / (t1 - t0))) end
+  -- which transaction protocol ran (1: KIP-98's AddPartitionsToTxn flow, 2: KIP-890's)
+  if txn and r > 0 then print(("transaction_version\t%d\t%s\t%d"):format(size, codec, p:stats().transaction_version)) end
 
   local parts = {}
   for i = 0, assert(client:partitions(topic)) - 1 do parts[#parts + 1] = { topic = topic, partition = i, offset = 0 } end

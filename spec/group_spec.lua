@@ -13,6 +13,8 @@
 --     partitions and consume every message once;
 --   * subscribing to a topic created later, and partitions added to it.
 -- Classic protocol on every version, KIP-848's consumer protocol on 4.x.
+-- Speed (group throughput, rebalance latency) is measured by `make bench`
+-- (bench/group.lua, bench/run.lua), never here.
 local rk = require "support.realkafka"
 local rt = require "support.realtools"
 local kafka = require "kafka"
@@ -28,7 +30,7 @@ local function now() return socket.gettime() end
 -- A group under test: members by name, the callbacks' log, what was consumed.
 local function new_world(client, topic, gid, base_opts)
   local w = { client = client, topic = topic, gid = gid, members = {}, order = {}, log = {}, got = {},
-              count = 0, by = {}, crashes = {}, first_msg = {}, joined_at = {} }
+              count = 0, by = {}, crashes = {} }
   local function logger(name, kind)
     return function(_, ps)
       for _, tp in ipairs(ps) do w.log[#w.log + 1] = { member = name, kind = kind, p = tp.partition } end
@@ -44,7 +46,6 @@ local function new_world(client, topic, gid, base_opts)
     assert(c:subscribe(o.subscription or { topic }))
     w.members[name] = c
     w.order[#w.order + 1] = name
-    w.joined_at[name] = now()
     return c
   end
   function w.remove(name)
@@ -80,7 +81,6 @@ local function new_world(client, topic, gid, base_opts)
         local k = m.partition .. ":" .. m.offset
         w.got[k] = (w.got[k] or 0) + 1
         w.count = w.count + 1
-        if not w.first_msg[name] then w.first_msg[name] = now() end
       end
       if msgs and msgs.callback_errors then error(name .. ": " .. msgs.callback_errors[1]) end
     end
@@ -207,14 +207,6 @@ local function scenario(version, protocol, strategy)
         for key in pairs(f.produced) do if not w.got[key] then return false end end
         return true
       end)() end), "everything consumed")
-    -- rebalance latency: from d's subscribe to its first message (printed, never asserted)
-    for _, name in ipairs { "a", "d" } do
-      if w.first_msg[name] then
-        io.stderr:write(("\n[group latency] Kafka %s %s%s: %s, subscribe to first message %.0f ms\n"):format(version,
-          protocol, strategy and ("/" .. strategy) or "", name == "a" and "first member" or "4th member joining 2",
-          (w.first_msg[name] - w.joined_at[name]) * 1000))
-      end
-    end
     local owners = w.owners()
     local n = 0
     for _ in pairs(owners) do n = n + 1 end
@@ -320,11 +312,6 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
       jv.stop()
       local lines = jv.wait(30)
       for _, l in ipairs(lines) do
-        local ms = l:match("^FIRST (%d+)$")
-        if ms then
-          io.stderr:write(("\n[group latency] Kafka %s Java %s: first member, subscribe to first message %s ms\n")
-            :format(version, java_protocol, ms))
-        end
         local p, off = l:match("^REC (%d+) (%d+)$")
         if p then
           local key = p .. ":" .. off
