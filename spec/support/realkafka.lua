@@ -6,6 +6,7 @@
 --   local k = rk.cluster("4.1.2", 1)                    -- started once per suite run, then shared
 --   k.bootstrap.PLAINTEXT, k.bootstrap.SASL_SSL, k.dir .. "/ca.pem"
 --   k:kill(2); k:restart(2)                             -- 3-node clusters: one node at a time
+--   local ready = k:restart_bg(2); while not ready() do ... end   -- the restart in the background
 --   rk.java{"consume", topic, n, 30}                    -- Kafka's Java client (spec/support/kafka/Peer.java)
 --
 -- Brokers belong to LK_KAFKA_OWNER (set by `make test` around all the Lua
@@ -110,6 +111,32 @@ end
 function _M:restart(node)
   local ok, out = sh(harness .. " restart " .. self.name .. " " .. node)
   if not ok then error("restart node " .. node .. ": " .. out, 2) end
+end
+
+-- restart_bg(node) -> ready(): the restart runs in the background (the
+-- caller keeps its consumers polling meanwhile); ready() is false while it
+-- runs, true once the node is up, and raises when the restart failed.
+function _M:restart_bg(node)
+  local rc = os.tmpname()
+  os.remove(rc)
+  os.execute(("(%s restart %s %d >%s.log 2>&1; echo $? >%s.tmp; mv %s.tmp %s) &")
+    :format(harness, self.name, node, rc, rc, rc, rc))
+  local result
+  return function()
+    if result ~= nil then return result end
+    local f = io.open(rc, "rb")
+    if not f then return false end
+    local code = f:read("*a"):match("%d+")
+    f:close()
+    local lf = io.open(rc .. ".log", "rb")
+    local out = lf and lf:read("*a") or ""
+    if lf then lf:close() end
+    os.remove(rc)
+    os.remove(rc .. ".log")
+    if code ~= "0" then error("restart node " .. node .. ": " .. out, 2) end
+    result = true
+    return true
+  end
 end
 
 function _M:stop()
