@@ -28,9 +28,9 @@ local slow_it = require("support.helpers").min() and pending or it -- see helper
 local function now() return socket.gettime() end
 
 -- A group under test: members by name, the callbacks' log, what was consumed.
-local function new_world(client, topic, gid, base_opts)
+local function new_world(client, topic, gid, base_opts, parts)
   local w = { client = client, topic = topic, gid = gid, members = {}, order = {}, log = {}, got = {},
-              count = 0, by = {}, crashes = {} }
+              count = 0, by = {}, crashes = {}, parts = parts or PARTS, poll_errors = 0 }
   local function logger(name, kind)
     return function(_, ps)
       for _, tp in ipairs(ps) do w.log[#w.log + 1] = { member = name, kind = kind, p = tp.partition } end
@@ -43,6 +43,17 @@ local function new_world(client, topic, gid, base_opts)
     o.group_id = gid
     o.on_assign, o.on_revoke, o.on_lost = logger(name, "assign"), logger(name, "revoke"), logger(name, "lost")
     local c = kafka.consumer.new(client, o)
+    if w.track_commits then
+      -- every acknowledged commit goes into the log (what a new owner must resume from)
+      local commit = c.offsets.commit
+      c.offsets.commit = function(self, list, id)
+        local ok, e1, e2, e3 = commit(self, list, id)
+        if ok then
+          for _, x in ipairs(list) do w.log[#w.log + 1] = { member = name, kind = "commit", p = x.partition, offset = x.offset } end
+        end
+        return ok, e1, e2, e3
+      end
+    end
     assert(c:subscribe(o.subscription or { topic }))
     w.members[name] = c
     w.order[#w.order + 1] = name
@@ -76,9 +87,16 @@ local function new_world(client, topic, gid, base_opts)
     for _, name in ipairs(w.order) do
       local c = w.members[name]
       local msgs, err, code = c:poll(ms)
-      if not msgs and code ~= "timeout" then error(name .. ": poll: " .. tostring(err) .. " " .. tostring(code)) end
+      if not msgs and code ~= "timeout" then
+        -- (w.tolerant: a broker is down, its partitions' fetches fail for a while)
+        if not w.tolerant or code == "fenced" or code == "group" then
+          error(name .. ": poll: " .. tostring(err) .. " " .. tostring(code))
+        end
+        w.poll_errors = w.poll_errors + 1
+      end
       for _, m in ipairs(msgs or {}) do
         local k = m.partition .. ":" .. m.offset
+        if w.track_commits then w.log[#w.log + 1] = { member = name, kind = "msg", p = m.partition, offset = m.offset } end
         w.got[k] = (w.got[k] or 0) + 1
         w.count = w.count + 1
       end
@@ -123,10 +141,10 @@ local function new_world(client, topic, gid, base_opts)
       local s = c:group_state()
       if s.state ~= "stable" then return false end
       local a = #c:assignment()
-      if a < math.floor(PARTS / n) or a > math.ceil(PARTS / n) then return false end
+      if a < math.floor(w.parts / n) or a > math.ceil(w.parts / n) then return false end
       total = total + a
     end
-    return total == PARTS
+    return total == w.parts
   end
   return w
 end
@@ -178,7 +196,8 @@ end
 local OPTS = { auto_offset_reset = "earliest", session_timeout_ms = 6000, heartbeat_interval_ms = 300,
                fetch_max_wait_ms = 20, auto_commit_interval_ms = 500, max_poll_records = 500 }
 
-local function scenario(version, protocol, strategy)
+local function scenario(version, protocol, strategy, n)
+  n = n or GROUP_N
   return function()
     local k = rk.cluster(version, 1)
     local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000 }
@@ -187,7 +206,7 @@ local function scenario(version, protocol, strategy)
     local o = { group_protocol = protocol, partition_assignment_strategy = strategy }
     for kk, v in pairs(OPTS) do o[kk] = v end
     local w = new_world(client, topic, rt.uniq("g"), o)
-    local f = feeder(client, topic, GROUP_N, 300, 1500)
+    local f = feeder(client, topic, n, 300, 1500)
     w.feed = f.feed
     w.add("a")
     assert(w.drive(30, function() return w.balanced(1) end), "a alone")
@@ -363,6 +382,188 @@ local function later_topic(version, protocol)
   end
 end
 
+-- replay(w) -> duplicate reads: the log replayed per partition. Each
+-- ownership period resumes at the last acknowledged commit of the
+-- partition (the earliest offset before any) and reads on without a gap;
+-- what a period reads again is what an earlier one read past that commit.
+local function replay(w)
+  local committed, open, read_to, dups = {}, {}, {}, 0
+  for i, e in ipairs(w.log) do
+    if e.kind == "assign" then
+      open[e.p] = { member = e.member, start = committed[e.p] or 0 }
+    elseif e.kind == "revoke" or e.kind == "lost" then
+      open[e.p] = nil
+    elseif e.kind == "closed" or e.kind == "crash" then
+      for p, per in pairs(open) do if per.member == e.member then open[p] = nil end end
+    elseif e.kind == "commit" then
+      committed[e.p] = e.offset
+    elseif e.kind == "msg" then
+      local per = open[e.p]
+      assert(per and per.member == e.member, ("log %d: %s read p%d it does not own"):format(i, e.member, e.p))
+      local want = per.last and per.last + 1 or per.start
+      assert(want == e.offset, ("log %d: %s read p%d at %d, expected %d (%s)"):format(i, e.member, e.p, e.offset,
+        want, per.last and "the next offset" or "the last acknowledged commit"))
+      per.last = e.offset
+      if e.offset < (read_to[e.p] or 0) then dups = dups + 1 else read_to[e.p] = e.offset + 1 end
+    end
+  end
+  return dups
+end
+
+-- The group's coordinator killed (SIGKILL) in a 3-node cluster while the
+-- members consume a replicated topic (__consumer_offsets has replication
+-- factor 3 there) that a producer keeps writing: a classic group and, on
+-- 4.x, a consumer-protocol group with the same coordinator (group ids
+-- chosen so), 3 members each. The members find the new coordinator (their
+-- requests fail, FindCoordinator names the new leader of the group's
+-- __consumer_offsets partition), keep their group (no rebalance: same
+-- generation or epoch, no callback), commit there; the node comes back.
+-- Every message is consumed, each period of ownership resumes at the last
+-- acknowledged commit, so the duplicates are exactly what was read past
+-- it (counted, not bounded).
+local function coordinator_killed(version)
+  return function()
+    local k = rk.cluster(version, 3)
+    local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, metadata_max_age_ms = 1000,
+      request_timeout_ms = 4000, connect_timeout_ms = 1000, reconnect_backoff_max_ms = 1000 }
+    local P = 6
+    local topic = rt.uniq("grp-coord")
+    rt.create_topic(client, topic, P, 3, { ["min.insync.replicas"] = 2 })
+    local protocols = { "classic" }
+    if tonumber(version:match("^(%d+)")) >= 4 then protocols[2] = "consumer" end
+    -- group ids whose coordinator is the same node
+    -- (COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists)
+    local function finder(gid)
+      local stop = now() + 60
+      while true do
+        local node, ferr = require("kafka.offsets").new(client, gid):_find(client.now() + 10000)
+        if node or now() > stop then return assert(node, ferr) end
+        socket.sleep(0.2)
+      end
+    end
+    local gids, victim = {}, nil
+    for i, _ in ipairs(protocols) do
+      for _ = 1, 50 do
+        local gid = rt.uniq("g-coord")
+        local node = finder(gid)
+        if not victim or node == victim then
+          victim = node
+          gids[i] = gid
+          break
+        end
+      end
+      assert(gids[i], "no group id with coordinator " .. tostring(victim))
+    end
+    local worlds = {}
+    for i, protocol in ipairs(protocols) do
+      local o = { group_protocol = protocol }
+      for kk, v in pairs(OPTS) do o[kk] = v end
+      o.session_timeout_ms = 10000
+      local w = new_world(client, topic, gids[i], o, P)
+      w.track_commits, w.tolerant, w.protocol = true, true, protocol
+      worlds[i] = w
+    end
+    local f = feeder(client, topic, 9000, 100, 300)
+    local function drive(secs, until_fn)
+      local stop = now() + secs
+      repeat
+        f.feed()
+        for _, w in ipairs(worlds) do w.poll_all(10) end
+        if until_fn and until_fn() then return true end
+      until now() >= stop
+      return until_fn == nil
+    end
+    local function all(fn)
+      for _, w in ipairs(worlds) do if not fn(w) then return false end end
+      return true
+    end
+    local restarting
+    local ok, err = pcall(function()
+      for _, w in ipairs(worlds) do
+        w.add("a")
+        w.add("b")
+        w.add("c")
+      end
+      assert(drive(60, function() return all(function(w) return w.balanced(3) end) end), "3 members each")
+      drive(2)
+      local before = {}
+      for i, w in ipairs(worlds) do
+        before[i] = {}
+        for _, name in ipairs(w.order) do
+          local m = w.members[name]
+          assert.equal(victim, m.offsets.node)
+          before[i][name] = m:group_state().generation
+        end
+      end
+      local marks = {}
+      for i, w in ipairs(worlds) do marks[i] = #w.log end
+      local t_kill = now()
+      k:kill(victim)
+      -- every member of both groups commits at the new coordinator
+      local function committed_since_kill(w, i)
+        local by = {}
+        for j = marks[i] + 1, #w.log do
+          local e = w.log[j]
+          if e.kind == "commit" then by[e.member] = true end
+        end
+        for _, name in ipairs(w.order) do
+          local m = w.members[name]
+          if not by[name] or m.offsets.node == nil or m.offsets.node == victim then return false end
+        end
+        return true
+      end
+      assert(drive(90, function()
+        for i, w in ipairs(worlds) do if not committed_since_kill(w, i) then return false end end
+        return true
+      end), "the members commit at the new coordinator")
+      local failover = now() - t_kill
+      restarting = k:restart_bg(victim)
+      assert(drive(180, function() return restarting.done() end), "node " .. victim .. " restarted")
+      restarting.wait(1) -- raises when the restart failed
+      restarting = nil
+      assert(drive(90, function()
+        return f.sent == f.total and all(function(w)
+          for key in pairs(f.produced) do if not w.got[key] then return false end end
+          return true
+        end)
+      end), "everything consumed")
+      for i, w in ipairs(worlds) do
+        -- the same group all along: no callback since the kill, the same generation/epoch
+        for j = marks[i] + 1, #w.log do
+          local e = w.log[j]
+          assert(e.kind == "commit" or e.kind == "msg", ("%s: %s %s p%d after the kill"):format(w.protocol, e.member,
+            e.kind, e.p or -1))
+        end
+        for _, name in ipairs(w.order) do
+          assert.equal(before[i][name], w.members[name]:group_state().generation)
+        end
+        w.owners()
+        for _, name in ipairs(w.order) do w.members[name]:close() end
+        local dups = replay(w)
+        local reads, n = 0, 0
+        for key, c in pairs(w.got) do
+          assert(f.produced[key], "consumed a message never produced: " .. key)
+          reads, n = reads + c, n + 1
+        end
+        assert.equal(f.total, n)
+        assert.equal(reads - n, dups)
+        local lookups = 0
+        for _, name in ipairs(w.order) do lookups = lookups + w.members[name].offsets.lookups end
+        io.stderr:write(("\n[group coordinator killed] Kafka %s %s: node %d, new coordinator found and committed to "
+          .. "in %.1f s (%d FindCoordinator), %d duplicate reads, %d poll errors\n"):format(version, w.protocol, victim,
+          failover, lookups, dups, w.poll_errors))
+      end
+    end)
+    -- every node running again for the next spec, also after a failure
+    if restarting then pcall(restarting.wait) end
+    for i = 1, 3 do
+      if not os.execute(("kill -0 $(cat %s/node%d/pid) 2>/dev/null"):format(k.dir, i)) then pcall(k.restart, k, i) end
+    end
+    client:close()
+    if not ok then error(err, 0) end
+  end
+end
+
 -- The poll interval exceeded: the member leaves, the next poll reports the
 -- partitions lost and rejoins; a raising callback is contained.
 local function poll_interval(version, protocol)
@@ -420,12 +621,21 @@ local function poll_interval(version, protocol)
 end
 
 local versions = rk.versions()
+if #versions > 0 and not require("support.helpers").lite() then
+  describe("consumer groups on a 3-node Kafka " .. versions[1] .. " cluster", function()
+    it("the coordinator's node killed and restarted: the members keep their group, nothing is lost",
+      coordinator_killed(versions[1]))
+  end)
+end
 for vi, version in ipairs(versions) do
   local major = tonumber(version:match("^(%d+)"))
   local main = vi == 1 and not require("support.helpers").lite()
+  -- the other versions' scenarios: the same steps over half the messages
+  -- (the membership changes, not the volume, are what differs by version)
+  local n = vi == 1 and GROUP_N or GROUP_N / 2
   describe("consumer groups on Kafka " .. version, function()
-    it(("classic (range): 3 members join, leave, crash while %d messages are produced"):format(GROUP_N),
-      scenario(version, "classic"))
+    it(("classic (range): 3 members join, leave, crash while %d messages are produced"):format(n),
+      scenario(version, "classic", nil, n))
     if main then
       it("classic (cooperative-sticky): the same", scenario(version, "classic", "cooperative-sticky"))
       it("classic: a static member restarts without a rebalance", static_restart(version, "classic"))
@@ -436,8 +646,8 @@ for vi, version in ipairs(versions) do
         mixed(version, "classic:cooperative-sticky", "classic", "cooperative-sticky"))
     end
     if major >= 4 then
-      slow_it(("consumer protocol: 3 members join, leave, crash while %d messages are produced"):format(GROUP_N),
-        scenario(version, "consumer"))
+      slow_it(("consumer protocol: 3 members join, leave, crash while %d messages are produced"):format(n),
+        scenario(version, "consumer", nil, n))
       if main then
         it("consumer protocol: a static member restarts without a rebalance", static_restart(version, "consumer"))
         it("consumer protocol: a topic created later, partitions added", later_topic(version, "consumer"))
