@@ -227,9 +227,9 @@ local function scenario(version, protocol, strategy, n)
         return true
       end)() end), "everything consumed")
     local owners = w.owners()
-    local n = 0
-    for _ in pairs(owners) do n = n + 1 end
-    assert.equal(PARTS, n)
+    local nowned = 0
+    for _ in pairs(owners) do nowned = nowned + 1 end
+    assert.equal(PARTS, nowned)
     expect_exact(w, f.produced)
     for _, name in ipairs(w.order) do w.members[name]:close() end
     client:close()
