@@ -150,17 +150,27 @@ describe("chaos soak", function()
       local lost = N - got
       local kcat_ids
       if have_kcat() then
-        local f = assert(io.popen(("kcat -C -b %s -t soak -o beginning -e -q -f '%%s\\n' 2>/dev/null"):format(m.bootstrap)))
+        -- a kcat read right after the chaos ended early twice in make test
+        -- (15,350 and 18,300 of 50,000 ids, our consumer had all; not seen
+        -- when the spec runs alone; cause not found): kcat reads again, up
+        -- to 3 times, until it has every id; data really missing from the
+        -- log stays missing in every read
         local ids = {}
         kcat_ids = 0
-        for line in f:lines() do
-          local id = tonumber(line:sub(2))
-          if id and not ids[id] then
-            ids[id] = true
-            kcat_ids = kcat_ids + 1
+        for _ = 1, 3 do
+          local f = assert(io.popen(("timeout -k 5 60 kcat -C -b %s -t soak -o beginning -e -q -f '%%s\\n' 2>/dev/null")
+            :format(m.bootstrap)))
+          for line in f:lines() do
+            local id = tonumber(line:sub(2))
+            if id and not ids[id] then
+              ids[id] = true
+              kcat_ids = kcat_ids + 1
+            end
           end
+          f:close()
+          if kcat_ids == N then break end
+          io.stderr:write(("  [kcat: %d distinct ids after a read, reading again]\n"):format(kcat_ids))
         end
-        f:close()
       end
       print(("\nsoak: %d messages, %d failed, %d delivered, %d lost, %d reordered, %d duplicates, %d misplaced; "
         .. "kcat read %s distinct ids; faults: %d down, %d leader moves, %d produce errors, %d fetch errors; "

@@ -62,13 +62,19 @@ function _M.consume_all(client, topic, partitions, count, opts)
     isolation_level = opts.isolation_level })
   local list = {}
   for p = 0, partitions - 1 do list[#list + 1] = { topic = topic, partition = p, offset = "earliest" } end
-  c:assign(list)
+  assert(c:assign(list))
   local by, total = {}, 0
   for p = 0, partitions - 1 do by[p] = {} end
   local deadline = socket.gettime() + (opts.seconds or 30)
+  local last_err -- what the polls said, for the failure message of a short count
   while total < count and socket.gettime() < deadline do
     local ms, err, code = c:poll(200)
-    if not ms and opts.on_error then opts.on_error(err, code) end
+    if not ms then
+      last_err = ("%s (%s)"):format(tostring(err), tostring(code))
+      if opts.on_error then opts.on_error(err, code) end
+    end
+    for _, pe in ipairs(ms and ms.errors or {}) do last_err = ("%s/%d: %s (%s)"):format(topic, pe.partition,
+      tostring(pe.err), tostring(pe.code)) end
     for _, m in ipairs(ms or {}) do
       local t = by[m.partition]
       t[#t + 1] = m
@@ -76,6 +82,8 @@ function _M.consume_all(client, topic, partitions, count, opts)
     end
   end
   c:close()
+  if total < count and last_err then io.stderr:write(("consume_all %s: %d of %d, the last error: %s\n"):format(topic,
+    total, count, last_err)) end
   return by, total
 end
 
