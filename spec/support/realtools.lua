@@ -63,6 +63,8 @@ function _M.consume_all(client, topic, partitions, count, opts)
   local list = {}
   for p = 0, partitions - 1 do list[#list + 1] = { topic = topic, partition = p, offset = "earliest" } end
   assert(c:assign(list))
+  local starts = {} -- where assign put each partition, for the message of a short count
+  for p = 0, partitions - 1 do starts[#starts + 1] = tostring(c:position(topic, p)) end
   local by, total = {}, 0
   for p = 0, partitions - 1 do by[p] = {} end
   local deadline = socket.gettime() + (opts.seconds or 30)
@@ -81,9 +83,13 @@ function _M.consume_all(client, topic, partitions, count, opts)
       total = total + 1
     end
   end
+  local ends = {}
+  for p = 0, partitions - 1 do ends[#ends + 1] = tostring(c:position(topic, p)) end
   c:close()
-  if total < count and last_err then io.stderr:write(("consume_all %s: %d of %d, the last error: %s\n"):format(topic,
-    total, count, last_err)) end
+  if total < count then
+    io.stderr:write(("consume_all %s: %d of %d; positions after assign %s, at the end %s; the last error: %s\n")
+      :format(topic, total, count, table.concat(starts, ","), table.concat(ends, ","), tostring(last_err)))
+  end
   return by, total
 end
 
