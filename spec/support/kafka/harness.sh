@@ -131,6 +131,10 @@ group.consumer.min.session.timeout.ms=6000
 broker.heartbeat.interval.ms=500
 broker.session.timeout.ms=3000
 log.segment.bytes=67108864
+# no deletion by time: specs write records with fixed timestamps from 2023
+# (exact round trips), and the 5-minute retention check deleted them under
+# the 7-day default, moving "earliest" to the end mid-spec
+log.retention.ms=-1
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" user_bob="bob-secret";
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
