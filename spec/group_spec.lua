@@ -206,7 +206,7 @@ local function scenario(version, protocol, strategy, n)
     local o = { group_protocol = protocol, partition_assignment_strategy = strategy }
     for kk, v in pairs(OPTS) do o[kk] = v end
     local w = new_world(client, topic, rt.uniq("g"), o)
-    local f = feeder(client, topic, n, 300, 1500)
+    local f = feeder(client, topic, n, 300, 2500)
     w.feed = f.feed
     w.add("a")
     assert(w.drive(30, function() return w.balanced(1) end), "a alone")
