@@ -29,10 +29,10 @@ local function watch_in_flight(p)
   local round = p._send_round
   p._send_round = function(self, ...)
     round(self, ...)
-    for _, tq in pairs(self.queues) do
-      for _, q in pairs(tq) do
+    for _, t in pairs(self.topics) do
+      for _, tp in ipairs(t.order) do
         local n = 0
-        for _, b in ipairs(q) do if b.in_flight then n = n + 1 end end
+        for _, b in ipairs(tp.queue) do if b.state == "in_flight" then n = n + 1 end end
         if n > max then max = n end
       end
     end
@@ -66,6 +66,35 @@ describe("idempotent producer (mock)", function()
     end
     assert.are.same(want, seqs)
     assert.are.same(range("v", 1, 10), values(cluster:records("t", 0)))
+  end)
+
+  it("each partition is a visible state machine: batches open, sealed, in flight, done; next_seq", function()
+    -- ("v1".."v5" count 72 bytes each against batch_size 200: batches of 2, 2, 1)
+    local function run(idempotent)
+      local cluster = mock.new { brokers = 1, topics = { t = 2 } }
+      local seen
+      local p
+      p = kafka.producer.new(new_client(cluster), { linger_ms = 1e9, batch_size = 200,
+        enable_idempotence = idempotent, on_delivery = function(r)
+          if r.id == 1 then seen = p:partition_states() end -- the first batch's answer is in
+        end })
+      for i = 1, 5 do assert(p:send("t", "v" .. i, { partition = 1 })) end
+      local before = p:partition_states()
+      local _, failed = p:flush()
+      assert.are.equal(0, failed)
+      return before, seen, p:partition_states()
+    end
+    local before, seen, after = run(true)
+    assert.are.same({ { topic = "t", partition = 1, next_seq = 0, batches = { "sealed", "sealed", "open" } } }, before)
+    -- one round sent all three (up to 5 in flight); sequences stamped when sent
+    assert.are.same({ { topic = "t", partition = 1, next_seq = 5, batches = { "in_flight", "in_flight" } } }, seen)
+    -- kept after the flush: the broker expects sequence 5 next
+    assert.are.same({ { topic = "t", partition = 1, next_seq = 5, batches = {} } }, after)
+    before, seen, after = run(false)
+    assert.are.same({ { topic = "t", partition = 1, next_seq = 0, batches = { "sealed", "sealed", "open" } } }, before)
+    -- one batch in flight at a time without idempotence: the rest wait, the last still open
+    assert.are.same({ { topic = "t", partition = 1, next_seq = 0, batches = { "sealed", "open" } } }, seen)
+    assert.are.same({}, after) -- nothing to keep: dropped
   end)
 
   it("acks 0 or 1 with enable_idempotence = true is misuse; acks 1 alone is not idempotent", function()

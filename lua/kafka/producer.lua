@@ -72,6 +72,13 @@ local _M = {}
 local mt = { __index = _M }
 
 local WHERE = "kafka.producer.new"
+-- the builder's append, called directly (no method lookup per message)
+local batch_append
+do
+  local b = proto.batch()
+  batch_append = b.append
+  b:close()
+end
 local CODECS = { "none", "gzip", "snappy", "lz4", "zstd", 0, 1, 2, 3, 4 }
 
 function _M.new(client_or_opts, opts)
@@ -120,7 +127,6 @@ function _M.new(client_or_opts, opts)
     transaction_timeout_ms = int(WHERE, "transaction_timeout_ms", opts.transaction_timeout_ms, 60000, 1),
     producer_id = -1,
     producer_epoch = -1,
-    pstate = {},                    -- topic -> partition -> {next_seq=, n_in_flight=, drain=}
     need_bump = false,              -- an epoch bump (KIP-360) is due once nothing is in flight
     txn_state = txn_id and "uninitialized" or nil,
     txn_error = nil,                -- {err, code, kcode} in "abortable_error" / "fatal_error"
@@ -136,6 +142,8 @@ function _M.new(client_or_opts, opts)
       math.max(backoff, client.retry_backoff_max_ms), 0),
     delivery_timeout_ms = int(WHERE, "delivery_timeout_ms", opts.delivery_timeout_ms, 120000, 1),
     partitioner = partitioner,
+    -- unkeyed messages go to the topic's sticky partition (see _partition)
+    sticky_unkeyed = type(partitioner) ~= "function" and partitioner ~= "murmur2",
     max_buffered = int(WHERE, "max_buffered", opts.max_buffered, 100000, 1),
     max_buffered_bytes = int(WHERE, "max_buffered_bytes", opts.max_buffered_bytes, 64 * 1048576, 1),
     flush_on_full = check.bool(WHERE, "flush_on_full", opts.flush_on_full, true),
@@ -145,10 +153,7 @@ function _M.new(client_or_opts, opts)
     on_delivery = opts.on_delivery,
     -- decided from the broker's Produce version on first use
     magic = check.oneof(WHERE, "magic", opts.magic, nil, { 0, 1, 2 }),
-    queues = {},        -- topic -> partition -> array of batches (FIFO)
-    order = {},         -- topic -> partition -> true, in first-seen order
-    sticky = {},        -- topic -> partition for unkeyed messages
-    last_sticky = {},   -- topic -> the previous sticky partition
+    topics = {},        -- topic name -> its object (see _topic): partition count, sticky choice, partitions
     nbuf = 0,
     nbytes = 0,
     first_time = nil,
@@ -159,8 +164,6 @@ function _M.new(client_or_opts, opts)
     delivered = 0,
     callback_errors = 0,
     in_flight = {},     -- Produce requests sent, answers not read yet (oldest first)
-    pcount = {},        -- topic -> partition count (cached for 4096 sends; in background mode for PCOUNT_MS)
-    ptime = {},
     rng = math.random,
     nfailed = 0,        -- failed messages since the last flush (background mode counts them here)
     -- background mode
@@ -185,9 +188,11 @@ function _M:_magic()
   return self.magic
 end
 
-function _M:_partition(topic, key, n)
+-- The partition of a message without one: the partitioner's choice.
+function _M:_partition(t, key, n)
   local p = self.partitioner
   if type(p) == "function" then
+    local topic = t.name
     local got = p(key, n, topic)
     if not check.is_int(got) or got < 0 or got >= n then
       error(("send: the partitioner returned %s for topic %s with %d partitions (expected an integer in 0..%d)")
@@ -201,13 +206,63 @@ function _M:_partition(topic, key, n)
   if p == "murmur2" then return (proto.murmur2("") % 2147483648) % n end
   -- sticky: one partition per batch; the next batch takes the next
   -- partition round-robin (from a random start), which spreads evenly
-  local s = self.sticky[topic]
+  local s = t.sticky
   if not s or s >= n then
-    local last = self.last_sticky[topic]
+    local last = t.last_sticky
     s = last and (last + 1) % n or self.rng(0, n - 1)
-    self.sticky[topic], self.last_sticky[topic] = s, s
+    t.sticky, t.last_sticky = s, s
   end
   return s
+end
+
+-- A topic of the producer: n (its partition count, cached: asked again
+-- after 4096 sends, in background mode after PCOUNT_MS, and after a failed
+-- attempt), the sticky choice for unkeyed messages, and one object per
+-- partition used (parts by number, order as first used).
+function _M:_topic(name)
+  local t = self.topics[name]
+  if not t then
+    t = { name = name, n = nil, ptime = 0, sticky = nil, last_sticky = nil, parts = {}, order = {} }
+    self.topics[name] = t
+  end
+  return t
+end
+
+-- One topic-partition of the producer, the unit of its state machine:
+--   queue     its batches, oldest first; a batch's state is "open" (takes
+--             messages: the last one, also tp.open), "sealed" (full or
+--             sent once: takes no more; stamped with the producer id,
+--             epoch and base sequence when idempotent), "in_flight" (in a
+--             Produce request not answered yet; back to "sealed" when the
+--             attempt failed and is retried) or "done" (settled: reported,
+--             out of the queue)
+--   next_seq  the next batch's base sequence (idempotence)
+--   drain     after a failed attempt nothing more of the partition is
+--             sent until its batches in flight have answered; then the
+--             queue is sent again in order
+function _M._tp(_, t, partition)
+  local tp = t.parts[partition]
+  if not tp then
+    tp = { topic = t.name, partition = partition, queue = {}, open = nil, next_seq = 0, drain = false }
+    t.parts[partition] = tp
+    t.order[#t.order + 1] = tp
+  end
+  return tp
+end
+
+-- Counts message id `id` into batch: ids as runs {first, count, first,
+-- count, ...}, so consecutive sends to one partition (sticky or keyed
+-- alike) cost no table growth.
+local function add_id(batch, id)
+  local runs = batch.runs
+  local nr = #runs
+  if nr > 0 and runs[nr - 1] + runs[nr] == id then
+    runs[nr] = runs[nr] + 1
+  else
+    runs[nr + 1] = id
+    runs[nr + 2] = 1
+  end
+  batch.count = batch.count + 1
 end
 
 local function header_bytes(h)
@@ -269,21 +324,34 @@ function _M:send(topic, value, o)
     if not magic then return nil, err, code end
   end
   -- the partition count, asked of the client at most once every 4096 sends
-  local n = self.pcount[topic]
-  if not n or self.seq >= self.ptime[topic] then
+  local t = self.topics[topic]
+  local n = t and t.n
+  if not n or self.seq >= t.ptime then
     n, err, code = self.client:partitions(topic)
     if not n then return nil, err, code end
-    self.pcount[topic], self.ptime[topic] = n, self.seq + 4096
+    t = t or self:_topic(topic)
+    t.n, t.ptime = n, self.seq + 4096
   end
-  if partition == nil then
-    partition = self:_partition(topic, key, n)
+  local explicit = partition ~= nil
+  if not explicit then
+    partition = key == nil and self.sticky_unkeyed and t.sticky
+    if not partition or partition >= n then partition = self:_partition(t, key, n) end
   elseif partition >= n then
     return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
   end
-  local ok, aerr, acode = self:_append(topic, partition, o and o.partition ~= nil, value, key, headers, ts, size,
-    self.seq + 1, magic)
-  if not ok then return nil, aerr, acode end
   local seq = self.seq + 1
+  -- the common case inline: the partition's open batch has room
+  local tp = t.parts[partition]
+  local batch = tp and tp.open
+  if batch and batch.size + size <= self.batch_size then
+    local ok, berr = batch_append(batch.b, value, key, headers, ts)
+    if not ok then return nil, berr, "invalid" end
+    add_id(batch, seq)
+    batch.size = batch.size + size
+  else
+    local ok, aerr, acode = self:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
+    if not ok then return nil, aerr, acode end
+  end
   self.seq = seq
   self.nbuf = nbuf + 1
   self.nbytes = self.nbytes + size
@@ -291,50 +359,33 @@ function _M:send(topic, value, o)
   return seq
 end
 
--- Appends one message (id seq) to the last batch of topic/partition, or to
--- a new one: true, nil, nil, new_batch | nil, err, code. No I/O.
-function _M:_append(topic, partition, explicit, value, key, headers, ts, size, seq, magic)
-  local tq = self.queues[topic]
-  if not tq then
-    tq = {}
-    self.queues[topic] = tq
-    self.order[topic] = {}
-  end
-  local q = tq[partition]
-  if not q then
-    q = {}
-    tq[partition] = q
-    table.insert(self.order[topic], partition)
-  end
-  local batch = q[#q]
+-- Appends one message (id seq) to the open batch of partition `partition`
+-- of topic object t, or to a new one: true, nil, nil, new_batch | nil,
+-- err, code. No I/O.
+function _M:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
+  local tp = t.parts[partition] or self:_tp(t, partition)
+  local batch = tp.open
   local fresh = false
-  if not batch or batch.sealed or batch.size + size > self.batch_size then
+  if not batch or batch.size + size > self.batch_size then
+    local q = tp.queue
     -- a full batch ends the sticky choice: the next unkeyed message goes
     -- to a partition picked anew
-    if batch and key == nil and not explicit then self.sticky[topic] = nil end
+    if q[1] and key == nil and not explicit then t.sticky = nil end
     if self.codec == "zstd" and magic < 2 then
       return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
     end
+    if batch then batch.state = "sealed" end -- full
     -- the delivery deadline counts from the batch's first message
     local now = self.client.now()
-    batch = { b = proto.batch { magic = magic, compression = self.codec }, runs = {}, count = 0, size = 0,
-              attempts = 0, next_try = 0, born = now, expires = now + self.delivery_timeout_ms }
+    batch = { b = proto.batch { magic = magic, compression = self.codec }, state = "open", runs = {}, count = 0,
+              size = 0, attempts = 0, next_try = 0, born = now, expires = now + self.delivery_timeout_ms }
     q[#q + 1] = batch
+    tp.open = batch
     fresh = #q > 1
   end
-  local ok, berr = batch.b:append(value, key, headers, ts)
+  local ok, berr = batch_append(batch.b, value, key, headers, ts)
   if not ok then return nil, berr, "invalid" end
-  -- message ids as runs {first, count, first, count, ...}: consecutive
-  -- sends to one partition (sticky or keyed alike) cost no table growth
-  local runs = batch.runs
-  local nr = #runs
-  if nr > 0 and runs[nr - 1] + runs[nr] == seq then
-    runs[nr] = runs[nr] + 1
-  else
-    runs[nr + 1] = seq
-    runs[nr + 2] = 1
-  end
-  batch.count = batch.count + 1
+  add_id(batch, seq)
   batch.size = batch.size + size
   return true, nil, nil, fresh
 end
@@ -372,7 +423,10 @@ function _M:_report(r)
   end
 end
 
-function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
+-- A batch settled (out of its queue): counted and reported.
+function _M:_done(tp, batch, base_offset, err, code, kcode)
+  local topic, partition = tp.topic, tp.partition
+  batch.state = "done"
   local count = batch.count
   if not err then self.delivered = self.delivered + count else self.nfailed = self.nfailed + count end
   self.nbuf = self.nbuf - count
@@ -393,45 +447,30 @@ function _M:_done(topic, partition, batch, base_offset, err, code, kcode)
   end
 end
 
-local function remove_batch(q, batch)
+-- Takes a batch out of its partition's queue.
+function _M._unqueue(_, tp, batch)
+  local q = tp.queue
   for i = 1, #q do
     if q[i] == batch then
       table.remove(q, i)
-      return
+      break
     end
   end
+  if tp.open == batch then tp.open = nil end
 end
 
 -- Fails a batch of topic/partition (removed from its queue). With
 -- idempotence a sealed batch given up leaves a hole in the partition's
 -- sequence (it may or may not have been written): the next batches need a
 -- new epoch (KIP-360); in a transaction it makes the transaction abortable.
-function _M:_fail(topic, partition, batch, err, code, kcode)
-  remove_batch(self.queues[topic][partition], batch)
+function _M:_fail(tp, batch, err, code, kcode)
+  self:_unqueue(tp, batch)
   if batch.seq and self.idempotent then self.need_bump = true end
   if self.txn_state == "in_transaction" or self.txn_state == "committing" then
     self:_txn_error("abortable_error", ("a message of the transaction failed: %s"):format(tostring(err)),
       "abortable", kcode)
   end
-  self:_done(topic, partition, batch, nil, err, code, kcode)
-end
-
--- The per-partition idempotence state: next_seq (the next batch's base
--- sequence), drain (after a failed attempt nothing more of the partition
--- is sent until its batches in flight have answered; then the queue is
--- sent again in order).
-function _M:_pstate(topic, partition)
-  local tp = self.pstate[topic]
-  if not tp then
-    tp = {}
-    self.pstate[topic] = tp
-  end
-  local ps = tp[partition]
-  if not ps then
-    ps = { next_seq = 0 }
-    tp[partition] = ps
-  end
-  return ps
+  self:_done(tp, batch, nil, err, code, kcode)
 end
 
 local function seq_add(seq, n)
@@ -441,10 +480,9 @@ local function seq_add(seq, n)
 end
 
 -- Stamps a sealed batch with the producer id, epoch and its base sequence.
-function _M:_stamp(topic, partition, batch)
-  local ps = self:_pstate(topic, partition)
-  batch.seq = ps.next_seq
-  ps.next_seq = seq_add(ps.next_seq, batch.count)
+function _M:_stamp(tp, batch)
+  batch.seq = tp.next_seq
+  tp.next_seq = seq_add(tp.next_seq, batch.count)
   batch.b:stamp { producer_id = self.producer_id, producer_epoch = self.producer_epoch, base_sequence = batch.seq,
     transactional = self.transactional_id ~= nil }
 end
@@ -568,11 +606,12 @@ end
 
 function _M:_reset_sequences(pid, epoch)
   self.producer_id, self.producer_epoch = pid, epoch
-  self.pstate, self.need_bump = {}, false
-  for topic, tq in pairs(self.queues) do
-    for _, partition in ipairs(self.order[topic]) do
-      for _, b in ipairs(tq[partition] or {}) do
-        if b.seq then self:_stamp(topic, partition, b) end
+  self.need_bump = false
+  for _, t in pairs(self.topics) do
+    for _, tp in ipairs(t.order) do
+      tp.next_seq, tp.drain = 0, false
+      for _, b in ipairs(tp.queue) do
+        if b.seq then self:_stamp(tp, b) end
       end
     end
   end
@@ -580,20 +619,21 @@ end
 
 -- Fails every queued batch not in flight (a fatal or abortable state).
 function _M:_fail_queued(err, code, kcode)
-  for topic, tq in pairs(self.queues) do
-    for partition, q in pairs(tq) do
-      local i = 1
+  for _, t in pairs(self.topics) do
+    for _, tp in ipairs(t.order) do
+      local q, i = tp.queue, 1
       while q[i] do
-        if q[i].in_flight then i = i + 1 else self:_done_fail(topic, partition, q, i, err, code, kcode) end
+        local batch = q[i]
+        if batch.state == "in_flight" then
+          i = i + 1
+        else
+          self:_unqueue(tp, batch)
+          if batch.seq and self.idempotent then self.need_bump = true end
+          self:_done(tp, batch, nil, err, code, kcode)
+        end
       end
     end
   end
-end
-
-function _M:_done_fail(topic, partition, q, i, err, code, kcode)
-  local batch = table.remove(q, i)
-  if batch.seq and self.idempotent then self.need_bump = true end
-  self:_done(topic, partition, batch, nil, err, code, kcode)
 end
 
 -- Sends one round: the batches of every partition that are due (not in
@@ -640,29 +680,28 @@ function _M:_send_round(deadline, linger)
   local wake = math.huge
   local maxf = self.idempotent and self.max_in_flight or 1
   local n_items = 0
-  for topic, tq in pairs(self.queues) do
-    for _, partition in ipairs(self.order[topic]) do
-      local q = tq[partition]
+  for _, topic in pairs(self.topics) do
+    for _, tp in ipairs(topic.order) do
+      local q = tp.queue
       local i, n = 1, 0
-      while q and q[i] do
+      while q[i] do
         local batch = q[i]
-        if batch.in_flight then
+        if batch.state == "in_flight" then
           n, i = n + 1, i + 1
         elseif now >= batch.expires then
-          self:_fail(topic, partition, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
+          self:_fail(tp, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
             self.delivery_timeout_ms, batch.attempts, batch.last_err and (": " .. tostring(batch.last_err)) or ""),
             "timeout", batch.last_kcode)
         else
           i = i + 1
         end
       end
-      local ps = self.idempotent and self:_pstate(topic, partition)
-      if ps and ps.drain and n == 0 then ps.drain = nil end
-      if q and not (ps and ps.drain) then
+      if tp.drain and n == 0 then tp.drain = false end
+      if q[1] and not (self.idempotent and tp.drain) then
         local slot = 0
         for k = 1, #q do
           local batch = q[k]
-          if not batch.in_flight then
+          if batch.state ~= "in_flight" then
             if n >= maxf then break end
             if now < batch.next_try then
               if linger then
@@ -676,7 +715,8 @@ function _M:_send_round(deadline, linger)
               break
             end
             n, slot, n_items = n + 1, slot + 1, n_items + 1
-            items[#items + 1] = { topic = topic, partition = partition, batch = batch, slot = slot, at = n_items }
+            items[#items + 1] = { topic = tp.topic, partition = tp.partition, tp = tp, batch = batch, slot = slot,
+                                  at = n_items }
           end
         end
       end
@@ -703,7 +743,7 @@ function _M:_send_round(deadline, linger)
   local groups, failed = self.client:group(items, deadline)
   for _, f in ipairs(failed) do
     local it = f.item
-    self:_retry(it.topic, it.partition, it.batch, f.err, f.code)
+    self:_retry(it.tp, it.batch, f.err, f.code)
   end
   local reqs = {}
   for _, g in ipairs(groups) do
@@ -713,12 +753,11 @@ function _M:_send_round(deadline, linger)
       -- sealed: later messages go to a new batch. The builder itself goes
       -- into the request (encoded straight into the frame, no string);
       -- a retry encodes the same bytes again (the same sequence too).
-      if not batch.sealed then
-        batch.sealed = true
-        if self.idempotent then self:_stamp(it.topic, it.partition, batch) end
-      elseif self.idempotent and not batch.seq then
-        self:_stamp(it.topic, it.partition, batch)
+      if batch.state == "open" then
+        batch.state = "sealed"
+        it.tp.open = nil
       end
+      if self.idempotent and not batch.seq then self:_stamp(it.tp, batch) end
       -- requests stay under max_request_bytes (at least one batch each):
       -- smaller frames recycle memory instead of faulting in fresh pages
       local req = cur[it.slot]
@@ -753,7 +792,7 @@ function _M:_send_round(deadline, linger)
         timeout_ms = self.timeout_ms, deadline = deadline })
     end
     local s = { conn = conn, req = req, corr = corr }
-    for _, it in ipairs(req.items) do it.batch.in_flight = true end
+    for _, it in ipairs(req.items) do it.batch.state = "in_flight" end
     if corr and self.acks ~= 0 then
       in_flight[#in_flight + 1] = s
     else
@@ -801,23 +840,23 @@ function _M:_settle(s, resp, err, code)
     end
   end
   for _, it in ipairs(s.req.items) do
-    local topic, partition, batch = it.topic, it.partition, it.batch
-    batch.in_flight = nil
-    local q = self.queues[topic][partition]
+    local tp, topic, partition, batch = it.tp, it.topic, it.partition, it.batch
+    batch.state = "sealed"
+    local q = tp.queue
     if not resp then
-      self:_retry(topic, partition, batch, err, code)
+      self:_retry(tp, batch, err, code)
     elseif self.acks == 0 then
-      remove_batch(q, batch)
-      self:_done(topic, partition, batch, -1)
+      self:_unqueue(tp, batch)
+      self:_done(tp, batch, -1)
     else
       local pr = results[topic .. "\0" .. partition]
       local ec = pr and pr.error_code
       if not pr then
-        self:_retry(topic, partition, batch, "no result for the partition in the Produce response", "protocol")
+        self:_retry(tp, batch, "no result for the partition in the Produce response", "protocol")
       elseif ec == errors.NONE or (ec == errors.DUPLICATE_SEQUENCE_NUMBER and self.idempotent) then
         -- a duplicate: the broker has the batch already (a retry of an attempt whose answer was lost)
-        remove_batch(q, batch)
-        self:_done(topic, partition, batch, pr.base_offset or -1)
+        self:_unqueue(tp, batch)
+        self:_done(tp, batch, pr.base_offset or -1)
       else
         local e = errors.info(ec)
         local msg = ("%s/%d: %s (%s)%s"):format(topic, partition, e.name, e.message,
@@ -825,34 +864,34 @@ function _M:_settle(s, resp, err, code)
         if self.idempotent and (ec == errors.OUT_OF_ORDER_SEQUENCE_NUMBER or ec == errors.UNKNOWN_PRODUCER_ID) then
           if q[1] ~= batch then
             -- an earlier batch of the partition failed: this one is sent again after it
-            self:_retry(topic, partition, batch, msg, "retriable", ec)
+            self:_retry(tp, batch, msg, "retriable", ec)
           elseif self.transactional_id then
-            self:_fail(topic, partition, batch, msg, "abortable", ec)
+            self:_fail(tp, batch, msg, "abortable", ec)
           else
             -- the broker lost the producer's state or a batch acknowledged
             -- before (unclean leader election, retention): a new epoch, and
             -- this batch is sent again under it
             self.need_bump = true
-            self:_retry(topic, partition, batch, msg, "retriable", ec)
+            self:_retry(tp, batch, msg, "retriable", ec)
           end
         elseif self.transactional_id and ec == errors.INVALID_PRODUCER_EPOCH then
           -- a transaction the coordinator ended (its timeout) or a newer
           -- instance's epoch: abortable, as the Java client takes it
           -- (KIP-588); the abort's EndTxn tells fenced from timed out
-          self:_fail(topic, partition, batch, msg, "abortable", ec)
+          self:_fail(tp, batch, msg, "abortable", ec)
         elseif self.idempotent and FENCED[ec] then
           self:_txn_error("fatal_error", msg .. " (another producer with this id took over)", "fenced", ec)
-          self:_fail(topic, partition, batch, msg, "fenced", ec)
+          self:_fail(tp, batch, msg, "fenced", ec)
         elseif self.idempotent and FATAL[ec] then
           self:_txn_error("fatal_error", msg, "fatal", ec)
-          self:_fail(topic, partition, batch, msg, "fatal", ec)
+          self:_fail(tp, batch, msg, "fatal", ec)
         elseif e.retriable then
-          self:_retry(topic, partition, batch, msg, "retriable", e.code)
+          self:_retry(tp, batch, msg, "retriable", e.code)
         else
           if e.code == errors.MESSAGE_TOO_LARGE and batch.count > 1 then
-            self:_split(topic, partition, batch)
+            self:_split(tp, batch)
           else
-            self:_fail(topic, partition, batch, msg, self.transactional_id and "abortable" or "kafka", e.code)
+            self:_fail(tp, batch, msg, self.transactional_id and "abortable" or "kafka", e.code)
           end
         end
       end
@@ -864,8 +903,8 @@ end
 -- MESSAGE_TOO_LARGE (the topic's max.message.bytes limits a batch), into
 -- one batch per message, in order: only a message that is too large by
 -- itself then fails (the Java client splits batches the same way).
-function _M:_split(topic, partition, batch)
-  local q = self.queues[topic][partition]
+function _M:_split(tp, batch)
+  local q = tp.queue
   local at = 1
   for i = 1, #q do if q[i] == batch then at = i end end
   table.remove(q, at)
@@ -882,8 +921,8 @@ function _M:_split(topic, partition, batch)
     left = left - size
     local b = proto.batch { magic = self.magic, compression = self.codec }
     assert(b:append(m.value, m.key, m.headers, m.timestamp))
-    local nb = { b = b, runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
-      sealed = true, next_try = 0, expires = batch.expires }
+    local nb = { b = b, state = "sealed", runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
+      next_try = 0, born = batch.born, expires = batch.expires }
     if batch.seq then
       -- the parts keep the refused batch's sequence range, one number each
       nb.seq = seq_add(batch.seq, i - 1)
@@ -900,8 +939,8 @@ function _M:_abandon(why)
   for _, s in ipairs(self.in_flight) do
     s.conn:abandon(s.corr)
     for _, it in ipairs(s.req.items) do
-      it.batch.in_flight = nil
-      self:_fail(it.topic, it.partition, it.batch, (why or "flush timed out") .. " waiting for the broker's answer "
+      it.batch.state = "sealed"
+      self:_fail(it.tp, it.batch, (why or "flush timed out") .. " waiting for the broker's answer "
         .. "(the messages may have been written)", "timeout")
     end
   end
@@ -921,10 +960,10 @@ end
 -- deadline or max_retries. A broker in reconnect backoff ("backoff") is
 -- not an attempt: the batch waits until the broker may be tried again.
 -- Non-retriable codes fail the batch at once.
-function _M:_retry(topic, partition, batch, err, code, kcode)
-  if self.idempotent then self:_pstate(topic, partition).drain = true end
-  self.client:invalidate(topic)
-  self.pcount[topic] = nil
+function _M:_retry(tp, batch, err, code, kcode)
+  if self.idempotent then tp.drain = true end
+  self.client:invalidate(tp.topic)
+  self.topics[tp.topic].n = nil
   local now = self.client.now()
   batch.last_err, batch.last_code, batch.last_kcode = err, code, kcode
   if code == "backoff" then
@@ -934,8 +973,7 @@ function _M:_retry(topic, partition, batch, err, code, kcode)
   end
   batch.attempts = batch.attempts + 1
   if not client_mod.RETRIABLE[code] or (self.max_retries and batch.attempts > self.max_retries) then
-    self:_fail(topic, partition, batch, ("%s (after %d attempts)"):format(tostring(err), batch.attempts),
-      code or "failed", kcode)
+    self:_fail(tp, batch, ("%s (after %d attempts)"):format(tostring(err), batch.attempts), code or "failed", kcode)
     return
   end
   local b = self.retry_backoff_ms * 2 ^ (batch.attempts - 1)
@@ -947,11 +985,12 @@ end
 -- delivery deadline).
 function _M:_next_due()
   local t = math.huge
-  for _, tq in pairs(self.queues) do
-    for _, q in pairs(tq) do
+  for _, topic in pairs(self.topics) do
+    for _, tp in ipairs(topic.order) do
+      local q = tp.queue
       for i = 1, #q do
         local b = q[i]
-        if not b.in_flight then
+        if b.state ~= "in_flight" then
           local due = b.next_try < b.expires and b.next_try or b.expires
           if due < t then t = due end
           break
@@ -985,25 +1024,34 @@ function _M:_flush(timeout_ms)
   if self.nbuf > 0 then
     -- the deadline passed: answers in flight are given up, the rest was not sent
     self:_abandon()
-    for topic, tq in pairs(self.queues) do
-      for partition, q in pairs(tq) do
-        while q[1] do
-          self:_fail(topic, partition, q[1], "flush timed out before the message was sent", "timeout")
-        end
+    for _, t in pairs(self.topics) do
+      for _, tp in ipairs(t.order) do
+        while tp.queue[1] do self:_fail(tp, tp.queue[1], "flush timed out before the message was sent", "timeout") end
       end
     end
   end
-  -- drop emptied queues so topics not used any more cost nothing
-  for topic, tq in pairs(self.queues) do
-    local empty = true
-    for _, q in pairs(tq) do if q[1] then empty = false end end
-    if empty then
-      self.queues[topic] = nil
-      self.order[topic] = nil
-    end
-  end
+  self:_prune()
   self.first_time = nil
-  self.sticky = {}
+end
+
+-- After a flush: the next unkeyed message of each topic picks a partition
+-- anew, and partitions with nothing queued are dropped so partitions not
+-- used any more cost a send round nothing (an idempotent producer keeps
+-- those whose sequence numbers have moved: the broker expects the next one).
+function _M:_prune()
+  for _, t in pairs(self.topics) do
+    t.sticky = nil
+    local keep, dropped = {}, false
+    for _, tp in ipairs(t.order) do
+      if tp.queue[1] or tp.next_seq ~= 0 then
+        keep[#keep + 1] = tp
+      else
+        t.parts[tp.partition] = nil
+        dropped = true
+      end
+    end
+    if dropped then t.order = keep end
+  end
 end
 
 -- flush([timeout_ms]) -> reports, failed, delivered, callback_errors.
@@ -1502,6 +1550,27 @@ function _M:stats()
     reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version }
 end
 
+-- partition_states() -> {{topic=, partition=, next_seq=, batches =
+-- {state, ...}}, ...}, sorted by topic and partition: the state machine of
+-- each partition the producer holds (its batches oldest first: "open",
+-- "sealed", "in_flight"; next_seq, the next batch's base sequence when
+-- idempotent).
+function _M:partition_states()
+  local out = {}
+  for _, t in pairs(self.topics) do
+    for _, tp in ipairs(t.order) do
+      local states = {}
+      for i, b in ipairs(tp.queue) do states[i] = b.state end
+      out[#out + 1] = { topic = tp.topic, partition = tp.partition, next_seq = tp.next_seq, batches = states }
+    end
+  end
+  table.sort(out, function(a, b)
+    if a.topic ~= b.topic then return a.topic < b.topic end
+    return a.partition < b.partition
+  end)
+  return out
+end
+
 ------------------------------------------------------------------------
 -- Background mode (nginx): one sender timer per producer per worker.
 
@@ -1581,17 +1650,18 @@ function _M:_bg_send(topic, value, key, partition, headers, ts, size)
       "buffer_full"
   end
   local seq = self.seq + 1
-  local n, magic = self.pcount[topic], self.magic
+  local t, magic = self.topics[topic], self.magic
+  local n = t and t.n
   local pq = self.pending[topic]
   local wake = self.sender_state == "idle"
   local explicit = partition ~= nil
   if n and magic and not pq then
     if not explicit then
-      partition = self:_partition(topic, key, n)
+      partition = self:_partition(t, key, n)
     elseif partition >= n then
       return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
     end
-    local ok, err, code, fresh = self:_append(topic, partition, explicit, value, key, headers, ts, size, seq,
+    local ok, err, code, fresh = self:_append(t, partition, explicit, value, key, headers, ts, size, seq,
       magic)
     if not ok then return nil, err, code end
     if fresh then wake = true end -- a batch is full: it goes now
@@ -1644,21 +1714,22 @@ function _M:_bg_partition(now)
     now = self.client.now()
     local pq = self.pending[topic]
     if n then
-      self.pcount[topic], self.ptime[topic] = n, now + PCOUNT_MS
+      local t = self:_topic(topic)
+      t.n, t.ptime = n, now + PCOUNT_MS
       -- no yield from here to the end of the list: sends see the count
       -- only once the waiting messages are in their batches (key order)
       self.pending[topic] = nil
       for _, e in ipairs(pq) do
         local part, ok, aerr, acode = e.partition, nil, nil, nil
         if part == nil then
-          ok, part = pcall(self._partition, self, topic, e.key, n)
+          ok, part = pcall(self._partition, self, t, e.key, n)
           if not ok then part, aerr, acode = nil, tostring(part), "invalid" end
         elseif part >= n then
           part, aerr, acode = nil, ("topic %s has no partition %d (it has %d)"):format(topic, part, n),
             "unknown_partition"
         end
         if part then
-          ok, aerr, acode = self:_append(topic, part, e.partition ~= nil, e.value, e.key, e.headers, e.ts, e.size,
+          ok, aerr, acode = self:_append(t, part, e.partition ~= nil, e.value, e.key, e.headers, e.ts, e.size,
             e.id, self.magic)
         end
         if not ok then self:_bg_fail_pending(topic, e, aerr, acode) end
@@ -1676,13 +1747,13 @@ function _M:_bg_partition(now)
   end
   -- cached counts are looked at again now and then (a topic can grow)
   local stale = {}
-  for topic, t in pairs(self.ptime) do
-    if now >= t and self.pcount[topic] and not self.pending[topic] then stale[#stale + 1] = topic end
+  for name, t in pairs(self.topics) do
+    if t.n and now >= t.ptime and not self.pending[name] then stale[#stale + 1] = t end
   end
-  for _, topic in ipairs(stale) do
-    local n = self.client:partitions(topic)
-    if n then self.pcount[topic] = n end
-    self.ptime[topic] = self.client.now() + PCOUNT_MS
+  for _, t in ipairs(stale) do
+    local n = self.client:partitions(t.name) -- (may yield)
+    if n then t.n = n end
+    t.ptime = self.client.now() + PCOUNT_MS
   end
   return not waiting
 end
@@ -1690,9 +1761,9 @@ end
 -- The smallest message id not settled yet (math.huge: none).
 function _M:_bg_min_outstanding()
   local m = math.huge
-  for _, tq in pairs(self.queues) do
-    for _, q in pairs(tq) do
-      local b = q[1]
+  for _, t in pairs(self.topics) do
+    for _, tp in ipairs(t.order) do
+      local b = tp.queue[1]
       local first = b and b.runs[1]
       if first and first < m then m = first end
     end
@@ -1725,9 +1796,9 @@ end
 function _M:_bg_give_up(why)
   local n = self.nbuf
   self:_abandon(why)
-  for topic, tq in pairs(self.queues) do
-    for partition, q in pairs(tq) do
-      while q[1] do self:_fail(topic, partition, q[1], why .. " before the message was sent", "timeout") end
+  for _, t in pairs(self.topics) do
+    for _, tp in ipairs(t.order) do
+      while tp.queue[1] do self:_fail(tp, tp.queue[1], why .. " before the message was sent", "timeout") end
     end
   end
   for topic, pq in pairs(self.pending) do
@@ -1752,7 +1823,7 @@ function _M:_bg_loop()
           :format(self.nbuf, self.exit_flush_timeout_ms))
       end
     end
-    if next(self.pending) or next(self.ptime) then self:_bg_partition(now) end
+    if next(self.pending) or next(self.topics) then self:_bg_partition(now) end
     if self.nbuf == 0 then
       self:_bg_notify()
       if drain_until then break end
@@ -1822,7 +1893,7 @@ bg_timer = function(premature, self)
   self.restarts = self.restarts + 1
   -- requests in flight went with the timer's connections: sent again
   for _, s in ipairs(self.in_flight) do
-    for _, it in ipairs(s.req.items) do it.batch.in_flight = nil end
+    for _, it in ipairs(s.req.items) do it.batch.state = "sealed" end
   end
   self.in_flight = {}
   if self.nbuf > 0 or self.waiters[1] then self:_bg_start(exiting() and 0 or 1) end
@@ -1946,7 +2017,7 @@ function _M:_exit_drain()
   self.bg = false
   -- the sender's requests in flight went with its timer
   for _, s in ipairs(self.in_flight) do
-    for _, it in ipairs(s.req.items) do it.batch.in_flight = nil end
+    for _, it in ipairs(s.req.items) do it.batch.state = "sealed" end
   end
   self.in_flight = {}
   local ok, ls = pcall(require, "socket")

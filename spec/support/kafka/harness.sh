@@ -235,6 +235,7 @@ EOF
     done
     for n in $(seq 1 "$nodes"); do
       write_props "$d" "$n" "$nodes" "$voters"
+      rm -rf "$d/node$n/data" # (a retry formats afresh: StorageTool refuses a formatted directory)
       # shellcheck disable=SC2046
       timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
         -t lua-kafka-tests-000001 -c "$d/node$n/server.properties" \
@@ -246,8 +247,12 @@ EOF
     rc=0
     wait_ready "$d" $(seq 1 "$nodes") || rc=$?
     [ $rc -eq 0 ] && break
+    # the JVMs of this attempt gone (each waited for, up to 10 s) before their data is
     for n in $(seq 1 "$nodes"); do kill -9 "$(cat "$d/node$n/pid")" 2>/dev/null || true; done
-    sleep 0.5
+    for n in $(seq 1 "$nodes"); do
+      local until=$((SECONDS + 10))
+      while kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 0.05; done
+    done
     rm -rf "$d"/node*
     [ "$attempt" -eq 3 ] && die "no free ports after 3 attempts (a port was taken each time)"
   done
