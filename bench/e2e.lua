@@ -96,3 +96,8 @@ for r = 0, runs do -- run 0 is the warm-up
 end
 c:close()
 client:close()
+-- the process's peak resident memory over every run (VmHWM, kB), as bench/rdkafka_bench.c prints it
+local sf = io.open("/proc/self/status", "rb")
+local status = sf and sf:read("*a") or ""
+if sf then sf:close() end
+print(("vmhwm%s\t%d\t%s\t%s"):format(suffix, size, codec, status:match("VmHWM:%s*(%d+)") or "-1"))

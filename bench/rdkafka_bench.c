@@ -2,18 +2,32 @@
  * batching on) to a topic and consuming them back, against a running mock
  * cluster. Prints "produce|consume<TAB>size<TAB>none<TAB>msgs_per_sec" for
  * each run, wall clock, like bench/e2e.lua.
- *   rdkafka_bench BROKERS TOPIC_PREFIX N RUNS SIZE [MODE]
+ *   rdkafka_bench BROKERS TOPIC_PREFIX N RUNS SIZE [MODE [CODEC]]
+ * MODE "mock" (the default): the settings for the mock cluster below.
  * MODE "idempotent" or "plain" (a real broker): enable.idempotence true or
  * false, batching tuned for throughput as librdkafka's INTRODUCTION.md
  * advises (linger.ms 100 so batches fill up, batch.size 1000000,
  * batch.num.messages 100000 so the size, not the count, closes a batch);
- * the ops are then named produce_MODE / consume_MODE. Without MODE: the
- * settings for the mock cluster below. */
+ * the ops are then named produce_MODE / consume_MODE. CODEC: the
+ * producer's compression.codec (none, lz4, zstd, ...). At the end a line
+ * "vmhwm<TAB>size<TAB>codec<TAB>kB": the process's peak resident memory. */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The process's peak resident set (VmHWM, kB) from /proc/self/status. */
+static long vmhwm_kb(void) {
+  char line[256];
+  long kb = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) kb = atol(line + 6);
+  fclose(f);
+  return kb;
+}
 
 static double wall(void) {
   struct timespec ts;
@@ -38,21 +52,22 @@ static void set(rd_kafka_conf_t *c, const char *k, const char *v) {
 }
 
 int main(int argc, char **argv) {
-  const char *brokers, *prefix, *mode = NULL;
+  const char *brokers, *prefix, *mode = NULL, *codec = "none";
   long n, i, size;
   int runs, r;
   char *payload;
-  if (argc != 6 && argc != 7) {
-    fprintf(stderr, "usage: %s BROKERS TOPIC_PREFIX N RUNS SIZE [idempotent|plain]\n", argv[0]);
+  if (argc < 6 || argc > 8) {
+    fprintf(stderr, "usage: %s BROKERS TOPIC_PREFIX N RUNS SIZE [mock|idempotent|plain [CODEC]]\n", argv[0]);
     return 2;
   }
-  if (argc == 7) {
+  if (argc >= 7 && strcmp(argv[6], "mock") != 0) {
     mode = argv[6];
     if (strcmp(mode, "idempotent") != 0 && strcmp(mode, "plain") != 0) {
-      fprintf(stderr, "MODE: idempotent or plain (got %s)\n", mode);
+      fprintf(stderr, "MODE: mock, idempotent or plain (got %s)\n", mode);
       return 2;
     }
   }
+  if (argc == 8) codec = argv[7];
   brokers = argv[1];
   prefix = argv[2];
   n = atol(argv[3]);
@@ -73,6 +88,7 @@ int main(int argc, char **argv) {
     snprintf(topic, sizeof topic, "%s%d", prefix, r);
     set(conf, "bootstrap.servers", brokers);
     set(conf, "acks", "all");
+    set(conf, "compression.codec", codec);
     if (mode) {
       set(conf, "enable.idempotence", strcmp(mode, "idempotent") == 0 ? "true" : "false");
       set(conf, "linger.ms", "100");
@@ -105,7 +121,8 @@ int main(int argc, char **argv) {
     }
     rd_kafka_flush(rk, 120000);
     t1 = wall();
-    if (r > 0) printf("produce%s%s\t%ld\tnone\t%.0f\n", mode ? "_" : "", mode ? mode : "", size, (double)n / (t1 - t0));
+    if (r > 0)
+      printf("produce%s%s\t%ld\t%s\t%.0f\n", mode ? "_" : "", mode ? mode : "", size, codec, (double)n / (t1 - t0));
     if (failed || delivered != n) {
       fprintf(stderr, "rdkafka_bench: %ld failed deliveries, %ld of %ld delivered\n", failed, delivered, n);
       if (mode) return 1;
@@ -142,7 +159,9 @@ int main(int argc, char **argv) {
       }
     }
     t1 = wall();
-    if (r > 0) printf("consume%s%s\t%ld\tnone\t%.0f\n", mode ? "_" : "", mode ? mode : "", size, (double)got / (t1 - t0));
+    if (r > 0)
+      printf("consume%s%s\t%ld\t%s\t%.0f\n", mode ? "_" : "", mode ? mode : "", size, codec,
+             (double)got / (t1 - t0));
     if (got < n) {
       fprintf(stderr, "rdkafka_bench: consumed %ld of %ld\n", got, n);
       if (mode) return 1;
@@ -153,5 +172,6 @@ int main(int argc, char **argv) {
     rd_kafka_destroy(rk);
   }
   free(payload);
+  printf("vmhwm%s%s\t%ld\t%s\t%ld\n", mode ? "_" : "", mode ? mode : "", size, codec, vmhwm_kb());
   return 0;
 }

@@ -130,22 +130,34 @@ if want("codec") then
   collect("floor", lines(ROOT .. "/build/bench/floor"))
 end
 
+-- End to end against librdkafka's mock cluster: E2E_N x 100 B and E2E_N/10
+-- x 1 KiB, uncompressed, lz4 and zstd; lua-kafka on Lua 5.4 and LuaJIT
+-- beside librdkafka, one process per client and case (its runs, then its
+-- peak memory). A fresh mock per case: it keeps every message.
+local MOCK_CASES = { { n = E2E_N, size = 100 }, { n = math.floor(E2E_N / 10), size = 1024 } }
+local MOCK_CODECS = { "none", "lz4", "zstd" }
 if want("mock") then
-  io.stderr:write(("end to end, %d messages x %d runs, lua-kafka and librdkafka ...\n"):format(E2E_N, E2E_RUNS))
-  local m = mock.start { brokers = 3 }
-  local ok, err = pcall(function()
-    for r = 0, E2E_RUNS do
-      -- the mock keeps ~5 MB per partition: spread 100 MB wide
-      m:cmd("topic e2e-lua-" .. r .. " 200")
-      m:cmd("topic e2e-rdk-" .. r .. " 200")
+  for _, case in ipairs(MOCK_CASES) do
+    for _, codec in ipairs(MOCK_CODECS) do
+      io.stderr:write(("end to end on the mock, %d x %d B %s, %d runs: lua-kafka (Lua 5.4, LuaJIT), librdkafka ...\n")
+        :format(case.n, case.size, codec, E2E_RUNS))
+      local m = mock.start { brokers = 3 }
+      local ok, err = pcall(function()
+        for r = 0, E2E_RUNS do
+          -- the mock keeps ~5 MB per partition: spread 100 MB wide
+          for _, who in ipairs({ "lua", "jit", "rdk" }) do m:cmd(("topic e2e-%s-%d"):format(who, r) .. " 200") end
+        end
+        local function args(prefix)
+          return ("%s %s %d %d %d"):format(m.bootstrap, prefix, case.n, E2E_RUNS, case.size)
+        end
+        collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s %s"):format(env54, ROOT, args("e2e-lua-"), codec)))
+        collect("luajit", lines(("%s luajit %s/bench/e2e.lua %s %s"):format(envjit, ROOT, args("e2e-jit-"), codec)))
+        collect("rdkafka", lines(("%s/build/bench/rdkafka_bench %s mock %s"):format(ROOT, args("e2e-rdk-"), codec)))
+      end)
+      m:stop()
+      if not ok then error(err, 0) end
     end
-    collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s e2e-lua- %d %d 100"):format(env54, ROOT, m.bootstrap, E2E_N,
-      E2E_RUNS)))
-    collect("rdkafka", lines(("%s/build/bench/rdkafka_bench %s e2e-rdk- %d %d 100"):format(ROOT, m.bootstrap, E2E_N,
-      E2E_RUNS)))
-  end)
-  m:stop()
-  if not ok then error(err, 0) end
+  end
 end
 
 -- Inside nginx (bench/nginx.lua): requests per second of a location that
@@ -466,11 +478,20 @@ for _, size in ipairs({ 100, 1024 }) do
   end
   row("decode_columns", size, "none", "kp", "decode_tables", "decode_tables", "decode records (decode_columns)")
 end
-local e2e = {}
-for _, op in ipairs({ "produce", "consume" }) do
-  local r = results[op .. " 100 none"] or {}
-  e2e[#e2e + 1] = ("| %s %d x 100 B (acks=all) | %s msg/s, %.0f MB/s | %s msg/s, %.0f MB/s | %s |"):format(op, E2E_N,
-    M(r.lua54), (r.lua54 or 0) * 100 / 1e6, M(r.rdkafka), (r.rdkafka or 0) * 100 / 1e6, ratio(r.lua54, r.rdkafka))
+local e2e, e2e_mem = {}, {}
+for _, case in ipairs(MOCK_CASES) do
+  for _, codec in ipairs(MOCK_CODECS) do
+    for _, op in ipairs({ "produce", "consume" }) do
+      local r = results[("%s %d %s"):format(op, case.size, codec)] or {}
+      e2e[#e2e + 1] = ("| %s %d x %d B %s | %s msg/s, %.0f MB/s | %s msg/s | %s msg/s, %.0f MB/s | %s | %s |"):format(
+        op, case.n, case.size, codec, M(r.lua54), (r.lua54 or 0) * case.size / 1e6, M(r.luajit), M(r.rdkafka),
+        (r.rdkafka or 0) * case.size / 1e6, ratio(r.lua54, r.rdkafka), ratio(r.luajit, r.rdkafka))
+    end
+    local v = results[("vmhwm %d %s"):format(case.size, codec)] or {}
+    local function mb(kb) return kb and ("%.0f MB"):format(kb / 1024) or "-" end
+    e2e_mem[#e2e_mem + 1] = ("| %d x %d B %s | %s | %s | %s | %s |"):format(case.n, case.size, codec, mb(v.lua54),
+      mb(v.luajit), mb(v.rdkafka), ratio(v.lua54, v.rdkafka))
+  end
 end
 
 local real = {}
@@ -589,9 +610,17 @@ if want("codec") then
 end
 if want("mock") then
   t[#t + 1] = ""
-  t[#t + 1] = "| end to end | lua-kafka (Lua 5.4) | librdkafka 2.0.2 | ratio |"
-  t[#t + 1] = "|---|---|---|---|"
+  t[#t + 1] = "| end to end (mock, acks=all) | lua-kafka Lua 5.4 | lua-kafka LuaJIT | librdkafka 2.0.2 | ratio (5.4) "
+    .. "| ratio (LuaJIT) |"
+  t[#t + 1] = "|---|---|---|---|---|---|"
   for _, r in ipairs(e2e) do t[#t + 1] = r end
+  t[#t + 1] = ""
+  t[#t + 1] = "Peak memory of each client's process over its runs of a case (VmHWM; produce and consume, the"
+  t[#t + 1] = "warm-up and every run; ratio: Lua 5.4 / librdkafka):"
+  t[#t + 1] = ""
+  t[#t + 1] = "| peak memory (VmHWM) | lua-kafka Lua 5.4 | lua-kafka LuaJIT | librdkafka 2.0.2 | ratio |"
+  t[#t + 1] = "|---|---|---|---|---|"
+  for _, r in ipairs(e2e_mem) do t[#t + 1] = r end
 end
 if NGINX then
   t[#t + 1] = ""
