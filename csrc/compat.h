@@ -59,22 +59,6 @@ static inline void *kf_luaL_testudata(lua_State *L, int i, const char *tname) {
 #define kf_newuserdata(L, sz) lua_newuserdata(L, (sz))
 #endif
 
-/* A userdata with one table attached (its uservalue; 5.1: its environment,
- * which must be a table - so a table on every version). */
-#if LUA_VERSION_NUM >= 504
-#define kf_newuserdata_uv(L, sz) lua_newuserdatauv(L, (sz), 1)
-#define kf_setuv(L, i) lua_setiuservalue(L, (i), 1)
-#define kf_getuv(L, i) ((void)lua_getiuservalue(L, (i), 1))
-#elif LUA_VERSION_NUM >= 502
-#define kf_newuserdata_uv(L, sz) lua_newuserdata(L, (sz))
-#define kf_setuv(L, i) lua_setuservalue(L, (i))
-#define kf_getuv(L, i) ((void)lua_getuservalue(L, (i)))
-#else
-#define kf_newuserdata_uv(L, sz) lua_newuserdata(L, (sz))
-#define kf_setuv(L, i) ((void)lua_setfenv(L, (i)))
-#define kf_getuv(L, i) lua_getfenv(L, (i))
-#endif
-
 #if LUA_VERSION_NUM >= 503
 static inline void kf_pushi64(lua_State *L, int64_t v) { lua_pushinteger(L, (lua_Integer)v); }
 /* Reads an int64 at idx: 1 on success, 0 when it is not an integral number. */

@@ -61,12 +61,6 @@ void kfl_rec_opts(lua_State *L, int idx, kf_rec_opts *o);
  * pushed, e set) when the framing is corrupt. */
 int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
                      const kfl_rec_extra *x, int64_t *next, kf_err *e);
-/* Pushes a kafka.slice: len bytes at off of the frame string kept in the
- * table at env ({frame}, which the slice keeps alive). */
-void kfl_push_slice(lua_State *L, int env, size_t off, size_t len);
-/* The bytes of the records argument at idx (> 0): a string or a slice;
- * raises for anything else. Valid while the argument is on the stack. */
-const uint8_t *kfl_check_bytes(lua_State *L, int idx, size_t *n);
 /* A records field's value at idx: a message array or a builder? */
 int kfl_is_records(lua_State *L, int idx);
 /* Encodes the records value at idx (see kfl_is_records) into out; magic is

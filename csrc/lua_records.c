@@ -14,7 +14,6 @@
 #include "records.h"
 
 #define BATCH_MT "kafka.core.batch"
-#define SLICE_MT "kafka.core.slice"
 
 /* --------------------------------------------------------------- headers */
 
@@ -301,57 +300,6 @@ int kfl_encode_records_value(lua_State *L, int idx, int magic, box *bx, kf_write
 
 /* ------------------------------------------------------ records decoding */
 
-/* A Fetch answer's records without a copy: where they are in the frame
- * string, which the slice's uservalue ({frame}) keeps alive. */
-typedef struct lslice {
-  size_t off, len;
-} lslice;
-
-void kfl_push_slice(lua_State *L, int env, size_t off, size_t len) {
-  lslice *s = (lslice *)kf_newuserdata_uv(L, sizeof *s);
-  s->off = off;
-  s->len = len;
-  luaL_setmetatable(L, SLICE_MT);
-  lua_pushvalue(L, env);
-  kf_setuv(L, -2);
-}
-
-/* The slice at idx's bytes (its frame held by the uservalue). */
-static const uint8_t *slice_bytes(lua_State *L, int idx, const lslice *s, size_t *n) {
-  size_t fl = 0;
-  const char *f;
-  kf_getuv(L, idx);
-  if (lua_type(L, -1) != LUA_TTABLE) luaL_error(L, "kafka.slice without its frame");
-  lua_rawgeti(L, -1, 1);
-  f = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &fl) : NULL;
-  lua_pop(L, 2); /* still referenced through the slice */
-  if (!f || !(s->len <= fl && s->off <= fl - s->len)) luaL_error(L, "kafka.slice outside its frame");
-  *n = s->len;
-  return (const uint8_t *)f + s->off;
-}
-
-const uint8_t *kfl_check_bytes(lua_State *L, int idx, size_t *n) {
-  lslice *s;
-  if (lua_type(L, idx) == LUA_TSTRING) return (const uint8_t *)lua_tolstring(L, idx, n);
-  s = (lslice *)luaL_testudata(L, idx, SLICE_MT);
-  if (!s) luaL_argerror(L, idx, "records bytes expected (a string or a kafka.slice)");
-  return slice_bytes(L, idx, s, n);
-}
-
-static int l_slice_len(lua_State *L) {
-  lslice *s = (lslice *)luaL_checkudata(L, 1, SLICE_MT);
-  lua_pushinteger(L, (lua_Integer)s->len);
-  return 1;
-}
-
-/* tostring(slice): its bytes, copied into a string. */
-static int l_slice_tostring(lua_State *L) {
-  size_t n;
-  const uint8_t *p = slice_bytes(L, 1, (lslice *)luaL_checkudata(L, 1, SLICE_MT), &n);
-  lua_pushlstring(L, (const char *)p, n);
-  return 1;
-}
-
 void kfl_rec_opts(lua_State *L, int idx, kf_rec_opts *o) {
   int64_t lim;
   o->check_crc = 1;
@@ -624,7 +572,7 @@ static int l_encode_records(lua_State *L) {
  * it starts). */
 static int l_decode_records(lua_State *L) {
   size_t n;
-  const uint8_t *p = kfl_check_bytes(L, 1, &n);
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
   kf_err e = {0, {0}};
   kf_rec_opts ro;
   box *bx;
@@ -683,7 +631,7 @@ static int l_decode_records(lua_State *L) {
  * "unsupported" for a message set (magic 0/1), "corrupt" for bad framing. */
 static int l_records_end(lua_State *L) {
   size_t n, batches;
-  const uint8_t *p = kfl_check_bytes(L, 1, &n);
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
   kf_err e = {0, {0}};
   int64_t next;
   if (kf_records_scan(p, n, &next, &batches, &e)) return kfl_fail(L, &e);
@@ -744,7 +692,7 @@ static int c_problem(void *u, int code, const char *msg) {
  * record has headers[i].control = true. */
 static int l_decode_columns(lua_State *L) {
   size_t n;
-  const uint8_t *p = kfl_check_bytes(L, 1, &n);
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
   static const char *const cols[] = {"offset", "timestamp", "key", "value", "headers"};
   kf_err e = {0, {0}};
   kf_rec_visitor v;
@@ -807,12 +755,6 @@ static const luaL_Reg batch_methods[] = {
 };
 
 void kfl_open_records(lua_State *L) {
-  luaL_newmetatable(L, SLICE_MT);
-  lua_pushcfunction(L, l_slice_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, l_slice_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
   luaL_newmetatable(L, BATCH_MT);
   lua_pushcfunction(L, l_batch_close);
   lua_setfield(L, -2, "__gc");

@@ -249,9 +249,7 @@ static int l_encode_response(lua_State *L) {
 typedef struct ldec {
   lua_State *L;
   box *bx;
-  int raw_records;      /* 1: records as strings, 2: as slices of the frame */
-  int env;              /* slices: stack index of {frame}, else 0 */
-  const uint8_t *base;  /* slices: the frame string's bytes */
+  int raw_records;
   int unsized; /* the frame comes without its 4-byte size */
   int has_corr; /* correlation_id given: the frame starts after it */
   int64_t corr;
@@ -306,9 +304,7 @@ static int d_records(void *u, const kf_field *f, const uint8_t *p, size_t n, siz
   kf_err re = {0, {0}};
   (void)e;
   if (!p) return 0; /* null records: absent */
-  if (c->raw_records == 2 && c->env) {
-    kfl_push_slice(L, c->env, (size_t)(p - c->base), n);
-  } else if (c->raw_records) {
+  if (c->raw_records) {
     lua_pushlstring(L, (const char *)p, n);
   } else if (kfl_push_records(L, p, n, &c->ro, c->bx, NULL, NULL, &re)) {
     /* Corrupt framing stays inside this partition: the frame around it is
@@ -323,39 +319,19 @@ static int d_records(void *u, const kf_field *f, const uint8_t *p, size_t n, siz
   return 0;
 }
 
-/* raw_records = "slice": pushes the {frame} table the slices keep alive
- * (below the results: kfl_box_done returns the top ones). */
-static void slices_of(lua_State *L, int frame, const uint8_t *p, ldec *c) {
-  if (c->raw_records != 2) return;
-  lua_createtable(L, 1, 0);
-  lua_pushvalue(L, frame);
-  lua_rawseti(L, -2, 1);
-  c->env = lua_gettop(L);
-  c->base = p;
-}
-
 static const kf_dec_ops lua_dec_ops = {d_set_int, d_set_num, d_set_bool, d_set_bytes,
                                        d_set_nil, d_begin,   d_end,      d_records};
 
 /* Reads decode options at idx: raw_records, check_crc, max_decompressed. */
 static void dec_opts(lua_State *L, int idx, ldec *c) {
   c->raw_records = 0;
-  c->env = 0;
-  c->base = NULL;
   c->unsized = 0;
   c->has_corr = 0;
   c->corr = 0;
   kfl_rec_opts(L, idx, &c->ro);
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
-  lua_getfield(L, idx, "raw_records");
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    if (strcmp(lua_tostring(L, -1), "slice") != 0) luaL_error(L, "raw_records must be a boolean or \"slice\"");
-    c->raw_records = 2;
-  } else {
-    c->raw_records = lua_toboolean(L, -1);
-  }
-  lua_pop(L, 1);
+  c->raw_records = kfl_opt_bool(L, idx, "raw_records", 0);
   c->unsized = kfl_opt_bool(L, idx, "unsized", 0);
   lua_getfield(L, idx, "correlation_id");
   c->has_corr = !lua_isnil(L, -1);
@@ -390,7 +366,6 @@ static int l_decode_response(lua_State *L) {
   lua_settop(L, 4);
   c.L = L;
   c.bx = kfl_box_new(L);
-  slices_of(L, 3, p, &c);
   kf_r_init(&r, p, n);
   if (!c.unsized) {
     /* sized: exactly one frame; unsized: what follows the size (a socket
@@ -424,7 +399,6 @@ static int l_decode_request(lua_State *L) {
   lua_settop(L, 2);
   c.L = L;
   c.bx = kfl_box_new(L);
-  slices_of(L, 1, p, &c);
   if (kf_frame_check(p, n, &e)) return kfl_box_done(c.bx, kfl_fail(L, &e));
   kf_r_init(&r, p, n);
   r.pos = 4;

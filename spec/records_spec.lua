@@ -285,42 +285,6 @@ describe("records", function()
     end
   end)
 
-  it('raw_records = "slice": the records as a kafka.slice of the frame (no copy), read like the bytes', function()
-    local a = proto.encode_records({ { value = "a1" }, { value = "a2" } }, { base_offset = 3, compression = "lz4" })
-    local b = proto.encode_records({ { value = "b1" } }, { base_offset = 9 })
-    local frame = proto.encode_response("Fetch", 12, 4, { responses = { { topic = "t", partitions = {
-      { partition_index = 0, high_watermark = 5, records = a },
-      { partition_index = 1, high_watermark = 10, records = b .. b:sub(1, 20) }, -- a truncated last batch
-      { partition_index = 2, high_watermark = 0 } } } } })                     -- null records
-    local _, strings = proto.decode_response("Fetch", 12, frame, { raw_records = true })
-    local corr, got = proto.decode_response("Fetch", 12, frame, { raw_records = "slice" })
-    assert.are.equal(4, corr)
-    frame = nil -- luacheck: ignore 311
-    collectgarbage()
-    collectgarbage() -- the slices keep the frame alive
-    local ps, want = got.responses[1].partitions, strings.responses[1].partitions
-    for i = 1, 2 do
-      local s, w = ps[i].records, want[i].records
-      assert.are.equal("userdata", type(s))
-      assert.are.equal(#w, #s)
-      assert.are.equal(w, tostring(s))
-      assert.are.same({ proto.records_end(w) }, { proto.records_end(s) })
-      local m1, i1 = proto.decode_records(w, { batches = false })
-      local m2, i2 = proto.decode_records(s, { batches = false })
-      assert.are.same(m1, m2)
-      assert.are.same(i1, i2)
-      local c1 = proto.decode_columns(w)
-      assert.are.same(c1, (proto.decode_columns(s)))
-    end
-    assert.are.same({ 5, 1 }, { proto.records_end(ps[1].records) })
-    assert.are.same({ 10, 1 }, { proto.records_end(ps[2].records) })
-    assert.is_nil(ps[3].records)
-    assert.has_error(function() proto.decode_response("Fetch", 12, proto.encode_response("Fetch", 12, 1, {}),
-      { raw_records = "copy" }) end, 'raw_records must be a boolean or "slice"')
-    assert.has_error(function() proto.decode_records({}) end)
-    assert.has_error(function() proto.records_end(io.stdout) end)
-  end)
-
   it("reads lz4 with the header checksum old Kafka wrote (KAFKA-3160)", function()
     local payload = ("lz4 legacy "):rep(20)
     local legacy = proto.compress("lz4", payload, true)

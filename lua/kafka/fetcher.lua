@@ -47,9 +47,7 @@ function _M.new(client, o)
     isolation_level = o.isolation_level,
     decode_opts = o.decode_opts,
     decode_txn = decode_txn,
-    -- records are decoded per partition (see _partition_result), from
-    -- slices of the answer's frame: no copy of the bytes
-    fetch_decode = { raw_records = "slice" },
+    fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
     retry_backoff_ms = o.retry_backoff_ms,
     max_poll_records = o.max_poll_records,
     pending = nil, -- fetched partitions not decoded yet: {st=, pr=, epoch=}
