@@ -738,6 +738,17 @@ describe("kafka.mock in-process", function()
       for part = 0, 2 do assert.are.same(range(0, 99), offs[part], "partition " .. part) end
     end)
 
+    it("pipelining: the log start passing the fetch position resets it (auto_offset_reset), nothing twice", function()
+      local c, cluster, offs, poll = pipelined(1, { auto_offset_reset = "earliest" })
+      poll()                                         -- 0-19; the Fetch from 20 is out (answered: 20-39)
+      assert.are.equal(60, cluster:delete_records("pipe", 0, 60))
+      for _ = 1, 20 do if #offs[0] < 80 then poll() end end
+      local want = range(0, 39)
+      for o = 60, 99 do want[#want + 1] = o end
+      assert.are.same(want, offs[0])
+      assert.are.equal(100, c:position("pipe", 0))
+    end)
+
     it("a position inside a batch: the batch's records before it are not delivered", function()
       local cluster = mock.new { brokers = 1, topics = { mid = 1 } }
       local client = new_client(cluster)
