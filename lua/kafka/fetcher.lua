@@ -263,13 +263,15 @@ end
 -- flight (partitions already in a Fetch wait for its answer; partitions in
 -- skip are left out until the time given). Partitions whose leader cannot
 -- be reached get an error in errs and are tried again after
--- retry_backoff_ms.
-function _M:_send_fetches(deadline, errs, skip)
+-- retry_backoff_ms. With only (a Fetch's partitions), just those that are
+-- still assigned: the pipelined Fetch to the broker that answered.
+function _M:_send_fetches(deadline, errs, skip, only)
   local client = self.client
   local items = {}
   local tnow = client.now()
-  for _, st in ipairs(self.parts) do
-    if not st.fetch and not st.paused and st.fetch_offset and not (skip[st] and skip[st] > tnow) then
+  for _, st in ipairs(only or self.parts) do
+    if not st.fetch and not st.paused and st.fetch_offset and not (skip[st] and skip[st] > tnow)
+      and (not only or self.index[pkey(st.topic, st.partition)] == st) then
       items[#items + 1] = st
     end
   end
@@ -390,7 +392,7 @@ function _M:_collect(f, deadline, out, errs, skip)
       end
     end
   end
-  if piped then self:_send_fetches(self.deadline, errs, skip) end
+  if piped then self:_send_fetches(self.deadline, errs, skip, f.parts) end
   local nerr, nout = #errs, #out
   for i = 1, #got, 2 do
     local st = got[i]
