@@ -628,7 +628,7 @@ static int l_decode_records(lua_State *L) {
 /* records_end(bytes) -> next_offset, batches | nil, message, code: where
  * the next Fetch can start, read from the batch headers alone (a consumer
  * sends it before decoding). "incomplete" when no batch is complete,
- * "unsupported" for a message set (magic 0/1), "corrupt" for bad framing. */
+ * "corrupt" for bad framing. */
 static int l_records_end(lua_State *L) {
   size_t n, batches;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);

@@ -336,20 +336,19 @@ int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, 
     }
     if (!((size_t)size <= left - 12)) break; /* the trailing partial batch */
     if (magic == 0 || magic == 1) {
-      kf_err_set(e, KF_EUNSUPPORTED, "message set (magic %d) at byte %zu: its end is known by decoding", magic,
-                 pos);
-      return -1;
-    }
-    if (magic != 2) {
+      /* a message, or a compressed wrapper carrying its last inner offset
+       * (as brokers write them) */
+      end = kf_add64((int64_t)kf_be64(p + pos), 1);
+    } else if (magic != 2) {
       kf_err_set(e, KF_ECORRUPT, "corrupt records: unknown magic %d at byte %zu", magic, pos + 16);
       return -1;
-    }
-    if (!(KF_V2_HEADER <= 12 + (size_t)size)) {
+    } else if (!(KF_V2_HEADER <= 12 + (size_t)size)) {
       kf_err_set(e, KF_ECORRUPT, "record batch at byte %zu is %zu bytes, shorter than its header", pos,
                  12 + (size_t)size);
       return -1;
+    } else {
+      end = kf_add64((int64_t)kf_be64(p + pos), (int64_t)(int32_t)kf_be32(p + pos + 23) + 1);
     }
-    end = kf_add64((int64_t)kf_be64(p + pos), (int64_t)(int32_t)kf_be32(p + pos + 23) + 1);
     if (*batches == 0 || end > *next) *next = end; /* as the decoder's next_offset: the highest end */
     (*batches)++;
     pos += 12 + (size_t)size;

@@ -656,9 +656,9 @@ describe("kafka.mock in-process", function()
     -- records each (offsets 0-99), a consumer whose Fetch holds 2 batches
     -- per partition; each decode of a Fetch answer records how many Fetch
     -- requests the broker had by then
-    local function pipelined(parts, opts)
+    local function pipelined(parts, opts, client_opts)
       local cluster = mock.new { brokers = 1, topics = { pipe = parts } }
-      local client = new_client(cluster)
+      local client = new_client(cluster, client_opts)
       local p = kafka.producer.new(client, { linger_ms = 1e9 })
       for b = 1, 10 do
         for part = 0, parts - 1 do
@@ -702,6 +702,17 @@ describe("kafka.mock in-process", function()
       -- answer k (offsets 20k-20 .. 20k-1) is decoded once Fetch k+1 is out
       assert.are.same({ 2, 3, 4, 5, 6 }, seen)
     end)
+
+    it("pipelining message sets: Fetch v3 and v1 (magic 1 and 0, down-converted), every offset once, in order",
+      function()
+        for _, v in ipairs { 3, 1 } do
+          local _, _, offs, poll, seen = pipelined(1, nil, { max_versions = { Fetch = v } })
+          for _ = 1, 40 do if #offs[0] < 100 then poll() end end
+          assert.are.same(range(0, 99), offs[0])
+          assert.is_true(#seen >= 5)
+          for k, n in ipairs(seen) do assert.are.equal(k + 1, n, "v" .. v .. ": answer " .. k) end
+        end
+      end)
 
     it("pipelining: a seek while the next Fetch is out delivers exactly from the sought offset", function()
       local c, cluster, offs, poll = pipelined(1)

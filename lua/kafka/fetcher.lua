@@ -344,12 +344,13 @@ function _M:_collect(f, deadline, out, errs, skip)
   local resp, err, code = f.conn:receive(f.corr, deadline)
   if not resp and code == "timeout" and f.conn:waiting(f.corr) then return false end
   self:_fetch_done(f)
-  local current = {}
+  local current, asked = {}, {}
   for _, st in ipairs(f.parts) do
     -- only partitions still assigned and not sought since the Fetch was sent
     if self.index[pkey(st.topic, st.partition)] == st and st.epoch == f.epochs[st]
       and st.fetch_offset == f.offsets[st] and not st.paused then
       current[st] = true
+      asked[#asked + 1] = st
     end
   end
   local t = self.client.now()
@@ -386,7 +387,7 @@ function _M:_collect(f, deadline, out, errs, skip)
           if to and to > st.fetch_offset then
             st.fetch_offset, pr.fetched_to, piped = to, to, true
           else
-            st.fetch_offset = nil -- a message set, a partial batch alone, bad framing: decoding tells
+            st.fetch_offset = nil -- a partial batch alone, bad framing: decoding tells
           end
         end
       end
@@ -405,8 +406,7 @@ function _M:_collect(f, deadline, out, errs, skip)
   if #out == nout and f.wait == 0 then
     -- an empty answer to a Fetch that asked the broker not to wait: do not
     -- ask again at once (the poll would spin on the network)
-    for i = 1, #got, 2 do
-      local st = got[i]
+    for _, st in ipairs(asked) do
       if not skip[st] then skip[st] = t + self.retry_backoff_ms end
     end
   end
