@@ -625,6 +625,22 @@ static int l_decode_records(lua_State *L) {
   return kfl_box_done(bx, 2);
 }
 
+/* records_end(bytes) -> next_offset, batches | nil, message, code: where
+ * the next Fetch can start, read from the batch headers alone (a consumer
+ * sends it before decoding). "incomplete" when no batch is complete,
+ * "corrupt" for bad framing. */
+static int l_records_end(lua_State *L) {
+  size_t n, batches;
+  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  kf_err e = {0, {0}};
+  int64_t next;
+  if (kf_records_scan(p, n, &next, &batches, &e)) return kfl_fail(L, &e);
+  if (batches == 0) return kfl_fail_msg(L, KF_EINCOMPLETE, "no complete record batch");
+  kf_pushi64(L, next);
+  lua_pushinteger(L, (lua_Integer)batches);
+  return 2;
+}
+
 /* Columnar records visitor: one array per field instead of a table per
  * message (the fast way to read big fetches). The stack holds, from base:
  * result, offset, timestamp, key, value, headers, errors. */
@@ -723,6 +739,7 @@ static const luaL_Reg records_funcs[] = {
   {"encode_records", l_encode_records},
   {"decode_records", l_decode_records},
   {"decode_columns", l_decode_columns},
+  {"records_end", l_records_end},
   {"batch", l_batch},
   {NULL, NULL}
 };

@@ -320,6 +320,42 @@ int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_s
   return decode_set(&c, p, n, 0, &none, 0);
 }
 
+int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, kf_err *e) {
+  size_t pos = 0;
+  *next = 0;
+  *batches = 0;
+  /* the same walk as decode_set's top level: offset, size, epoch, magic */
+  while (17 <= n - pos) {
+    size_t left = n - pos;
+    int32_t size = (int32_t)kf_be32(p + pos + 8);
+    int magic = p[pos + 16];
+    int64_t end;
+    if (size < 0) {
+      kf_err_set(e, KF_ECORRUPT, "corrupt records: negative batch size %d at byte %zu", (int)size, pos + 8);
+      return -1;
+    }
+    if (!((size_t)size <= left - 12)) break; /* the trailing partial batch */
+    if (magic == 0 || magic == 1) {
+      /* a message, or a compressed wrapper carrying its last inner offset
+       * (as brokers write them) */
+      end = kf_add64((int64_t)kf_be64(p + pos), 1);
+    } else if (magic != 2) {
+      kf_err_set(e, KF_ECORRUPT, "corrupt records: unknown magic %d at byte %zu", magic, pos + 16);
+      return -1;
+    } else if (!(KF_V2_HEADER <= 12 + (size_t)size)) {
+      kf_err_set(e, KF_ECORRUPT, "record batch at byte %zu is %zu bytes, shorter than its header", pos,
+                 12 + (size_t)size);
+      return -1;
+    } else {
+      end = kf_add64((int64_t)kf_be64(p + pos), (int64_t)(int32_t)kf_be32(p + pos + 23) + 1);
+    }
+    if (*batches == 0 || end > *next) *next = end; /* as the decoder's next_offset: the highest end */
+    (*batches)++;
+    pos += 12 + (size_t)size;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Encoding                                                            */
 

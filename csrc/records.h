@@ -77,6 +77,15 @@ void kf_rec_scratch_free(kf_rec_scratch *s);
 int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_scratch *s,
                       const kf_rec_visitor *v, kf_rec_result *res, kf_err *e);
 
+/* Reads only a records blob's framing (no CRC, no records) to find where
+ * the next Fetch can start before the blob is decoded: *next gets one past
+ * the highest offset of its complete batches (v2: base_offset +
+ * last_offset_delta; magic 0/1: the message's offset, a compressed
+ * wrapper's being its last inner one), *batches how many there are (0 when
+ * none is complete; a truncated trailing batch is normal). Returns 0, or
+ * -1 with e set (KF_ECORRUPT) for broken framing. */
+int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, kf_err *e);
+
 /* Iterates validated v2 headers: returns 1 and fills k/v (v NULL = null). */
 int kf_headers_next(kf_reader *r, const uint8_t **k, size_t *kl, const uint8_t **v, size_t *vl);
 

@@ -652,6 +652,114 @@ describe("kafka.mock in-process", function()
       end
     end)
 
+    -- pipelined fetches: topic with `parts` partitions, 10 batches of 10
+    -- records each (offsets 0-99), a consumer whose Fetch holds 2 batches
+    -- per partition; each decode of a Fetch answer records how many Fetch
+    -- requests the broker had by then
+    local function pipelined(parts, opts, client_opts)
+      local cluster = mock.new { brokers = 1, topics = { pipe = parts } }
+      local client = new_client(cluster, client_opts)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      for b = 1, 10 do
+        for part = 0, parts - 1 do
+          for i = 1, 10 do assert(p:send("pipe", ("v%03d"):format((b - 1) * 10 + i), { partition = part })) end
+        end
+        assert.are.equal(0, select(2, p:flush()))
+      end
+      local size = #cluster.topics.pipe.partitions[0].log.entries[1].bytes
+      opts = opts or {}
+      opts.fetch_max_wait_ms, opts.max_partition_fetch_bytes = 0, 2 * size
+      local c = kafka.consumer.new(client, opts)
+      local a = {}
+      for part = 0, parts - 1 do a[#a + 1] = { topic = "pipe", partition = part, offset = 0 } end
+      assert(c:assign(a))
+      local seen, decode = {}, proto.decode_records
+      proto.decode_records = function(raw, o)
+        if o and o.into then seen[#seen + 1] = cluster:request_counts().Fetch end
+        return decode(raw, o)
+      end
+      finally(function() proto.decode_records = decode end)
+      local offs = {}
+      for part = 0, parts - 1 do offs[part] = {} end
+      local function poll()
+        local msgs = assert(c:poll(10))
+        for _, m in ipairs(msgs) do table.insert(offs[m.partition], m.offset) end
+        return msgs
+      end
+      return c, cluster, offs, poll, seen
+    end
+
+    local function range(from, to)
+      local t = {}
+      for o = from, to do t[#t + 1] = o end
+      return t
+    end
+
+    it("pipelining: the next Fetch goes out before the answer is decoded; every offset once, in order", function()
+      local _, _, offs, poll, seen = pipelined(1)
+      for _ = 1, 20 do if #offs[0] < 100 then poll() end end
+      assert.are.same(range(0, 99), offs[0])
+      -- answer k (offsets 20k-20 .. 20k-1) is decoded once Fetch k+1 is out
+      assert.are.same({ 2, 3, 4, 5, 6 }, seen)
+    end)
+
+    it("pipelining message sets: Fetch v3 and v1 (magic 1 and 0, down-converted), every offset once, in order",
+      function()
+        for _, v in ipairs { 3, 1 } do
+          local _, _, offs, poll, seen = pipelined(1, nil, { max_versions = { Fetch = v } })
+          for _ = 1, 40 do if #offs[0] < 100 then poll() end end
+          assert.are.same(range(0, 99), offs[0])
+          assert.is_true(#seen >= 5)
+          for k, n in ipairs(seen) do assert.are.equal(k + 1, n, "v" .. v .. ": answer " .. k) end
+        end
+      end)
+
+    it("pipelining: a seek while the next Fetch is out delivers exactly from the sought offset", function()
+      local c, cluster, offs, poll = pipelined(1)
+      poll()
+      poll()
+      assert.are.same(range(0, 39), offs[0])
+      assert.are.equal(3, cluster:request_counts().Fetch) -- the one from 40 is out
+      assert(c:seek("pipe", 0, 5))                        -- back: 40-59 is not delivered now
+      offs[0] = {}
+      for _ = 1, 10 do if #offs[0] < 35 then poll() end end
+      assert.are.same(range(5, 39), offs[0])
+      assert(c:seek("pipe", 0, 73))                       -- forward, inside a batch
+      offs[0] = {}
+      for _ = 1, 20 do if #offs[0] < 27 then poll() end end
+      assert.are.same(range(73, 99), offs[0])
+      assert.are.equal(100, c:position("pipe", 0))
+    end)
+
+    it("pipelining: pending data is decoded before any later answer is read; pausing a partition drops it, "
+      .. "resuming fetches it again from its position", function()
+      local c, cluster, offs, poll = pipelined(3, { max_poll_records = 1 })
+      poll()                                  -- partition 0's 0-19; 1 and 2 pending; the Fetch from 20 is out
+      assert.are.same(range(0, 19), offs[0])
+      assert.are.same({ {}, {} }, { offs[1], offs[2] })
+      assert.are.equal(2, cluster:request_counts().Fetch)
+      poll()                                  -- partition 1's, from what was pending: nothing read, nothing sent
+      assert.are.same(range(0, 19), offs[1])
+      assert.are.equal(2, cluster:request_counts().Fetch)
+      assert(c:pause { { topic = "pipe", partition = 2 } }) -- its pending 0-19 is dropped
+      for _ = 1, 4 do poll() end
+      assert.are.same({}, offs[2])
+      assert(c:resume { { topic = "pipe", partition = 2 } })
+      for _ = 1, 40 do if #offs[0] + #offs[1] + #offs[2] < 300 then poll() end end
+      for part = 0, 2 do assert.are.same(range(0, 99), offs[part], "partition " .. part) end
+    end)
+
+    it("pipelining: the log start passing the fetch position resets it (auto_offset_reset), nothing twice", function()
+      local c, cluster, offs, poll = pipelined(1, { auto_offset_reset = "earliest" })
+      poll()                                         -- 0-19; the Fetch from 20 is out (answered: 20-39)
+      assert.are.equal(60, cluster:delete_records("pipe", 0, 60))
+      for _ = 1, 20 do if #offs[0] < 80 then poll() end end
+      local want = range(0, 39)
+      for o = 60, 99 do want[#want + 1] = o end
+      assert.are.same(want, offs[0])
+      assert.are.equal(100, c:position("pipe", 0))
+    end)
+
     it("a position inside a batch: the batch's records before it are not delivered", function()
       local cluster = mock.new { brokers = 1, topics = { mid = 1 } }
       local client = new_client(cluster)

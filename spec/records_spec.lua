@@ -364,4 +364,51 @@ describe("records", function()
     assert.is_nil(ok)
     assert.matches("negative batch size %-2 at byte 8", err)
   end)
+
+  it("records_end: where the next Fetch starts, from the batch headers alone; bad bytes are nil, message, code", function()
+    local a = proto.encode_records(sample(3), { base_offset = 10, compression = "lz4" }) -- 10-12
+    local b = proto.encode_records(sample(5), { base_offset = 13 })                      -- 13-17
+    local c = proto.encode_records(sample(2), { base_offset = 18, compression = "zstd" }) -- 18-19
+    local blob = a .. b .. c
+    assert.are.same({ 13, 1 }, { proto.records_end(a) })
+    assert.are.same({ 20, 3 }, { proto.records_end(blob) })
+    -- a truncated last batch (normal at the end of a Fetch answer) is left out, at every cut
+    for cut = 1, #c - 1 do
+      assert.are.same({ 18, 2 }, { proto.records_end(a .. b .. c:sub(1, cut)) }, "cut " .. cut)
+    end
+    -- the highest end, as decode_records' next_offset, whatever the order
+    assert.are.same({ 20, 2 }, { proto.records_end(c .. a) })
+    assert.are.equal(select(2, proto.decode_records(blob)).next_offset, (proto.records_end(blob)))
+    local function fails(bytes, code, pattern)
+      local ok, err, got = proto.records_end(bytes)
+      assert.is_nil(ok)
+      assert.are.equal(code, got)
+      assert.matches(pattern, err)
+    end
+    fails("", "incomplete", "no complete record batch")
+    fails(a:sub(1, 40), "incomplete", "no complete record batch")
+    -- message sets: one past the last message's offset (a compressed wrapper carries its last inner offset)
+    local m0 = proto.encode_records(sample(4), { magic = 0, base_offset = 13 })             -- 13-16
+    local m1 = proto.encode_records(sample(3), { magic = 1, base_offset = 17, compression = "gzip" })
+    assert.are.same({ 17, 4 }, { proto.records_end(m0) })
+    assert.are.same({ 20, 6 }, { proto.records_end(a .. m0 .. m1) })                       -- 17-19: wrapper 19
+    assert.are.same({ 17, 5 }, { proto.records_end(a .. m0 .. m1:sub(1, #m1 - 1)) })
+    assert.are.equal(select(2, proto.decode_records(a .. m0)).next_offset, (proto.records_end(a .. m0)))
+    fails(a .. b:sub(1, 16) .. "\7" .. b:sub(18), "corrupt", "unknown magic 7 at byte " .. (#a + 16))
+    fails(("\0"):rep(8) .. "\255\255\255\254" .. ("\0"):rep(20), "corrupt", "negative batch size %-2 at byte 8")
+    fails(("\0"):rep(8) .. "\0\0\0\10" .. ("\0"):rep(4) .. "\2" .. ("\0"):rep(5), "corrupt", "shorter than its header")
+    -- random damage never raises: an integer, or nil and one of the codes
+    math.randomseed(9)
+    for _ = 1, 2000 do
+      local s = blob
+      for _ = 1, math.random(1, 4) do
+        local at = math.random(1, #s)
+        s = s:sub(1, at - 1) .. string.char(math.random(0, 255)) .. s:sub(at + 1)
+      end
+      s = s:sub(1, math.random(0, #s))
+      local ok, _, code = proto.records_end(s)
+      assert.is_true((type(ok) == "number" and ok == math.floor(ok))
+        or code == "incomplete" or code == "corrupt")
+    end
+  end)
 end)

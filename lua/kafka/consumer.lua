@@ -190,7 +190,7 @@ function _M:seek(topic, partition, offset)
   if not st then return nil, ("%s/%d is not assigned"):format(topic, partition), "invalid" end
   local off, err, code = self:_resolve(topic, partition, offset)
   if not off then return nil, err, code end
-  st.offset = off
+  self.fetcher:set_position(st, off) -- what was fetched for the old position is dropped
   st.reset_error = nil
   return true
 end
@@ -223,7 +223,7 @@ local function set_paused(self, where, list, paused)
     if not st then return nil, ("%s/%d is not assigned"):format(p.topic, p.partition), "invalid" end
   end
   for _, p in ipairs(list) do self.fetcher:get(p.topic, p.partition).paused = paused end
-  self.fetcher.pending = nil -- what was fetched for them is fetched again when they resume
+  self.fetcher:drop_pending() -- what was fetched for them is fetched again when they resume
   self:_tick()
   return true
 end
@@ -402,7 +402,7 @@ function _M:_positions(errs)
         end
       end
       if off then
-        st.offset = off
+        self.fetcher:set_position(st, off)
       else
         if code ~= "no_offset" then self.need_positions = true end
         errs[#errs + 1] = { topic = st.topic, partition = st.partition, err = err, code = code }

@@ -4,6 +4,17 @@
 -- once, over the consumer's own connections; a Fetch not answered by a
 -- poll's deadline stays in flight for the next poll). kafka.consumer owns
 -- one; the group module adds and removes partitions through it.
+--
+-- Pipelining: when an answer comes, the next Fetch to that broker goes out
+-- before the answer is decoded (the broker works while Lua decodes). So a
+-- partition has two positions: st.offset, the next offset poll delivers
+-- (what a commit stores), and st.fetch_offset, where its next Fetch starts
+-- (read from the batch headers of the undecoded answer, proto.records_end;
+-- nil while only decoding can tell). st.epoch counts position changes
+-- (seek, reset, a dropped answer): an answer or pending data fetched under
+-- another epoch is dropped, so data comes in order, never twice, never
+-- skipped. At most one undecoded answer per broker waits beside the Fetch
+-- in flight: no answer is read while earlier ones are pending.
 local proto = require "kafka.proto"
 local txn = require "kafka.txn"
 
@@ -39,11 +50,12 @@ function _M.new(client, o)
     fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
     retry_backoff_ms = o.retry_backoff_ms,
     max_poll_records = o.max_poll_records,
-    pending = nil, -- fetched partitions not decoded yet: {st=, pr=, offset=}
+    pending = nil, -- fetched partitions not decoded yet: {st=, pr=, epoch=}
     parts = {},   -- array of partition states
     index = {},   -- "topic\0partition" -> state
     pool = {},    -- node id -> this consumer's Fetch connection (see client:broker)
-    fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=}}
+    fetches = {}, -- connection -> the Fetch in flight to it: {conn=, corr=, parts = {st...}, offsets = {[st]=},
+                  -- epochs = {[st]=}}
     flist = {},   -- the same, oldest first
   }, mt)
 end
@@ -58,8 +70,31 @@ end
 
 -- state(topic, partition, offset) -> a new partition state (not added)
 function _M:new_state(topic, partition, offset)
-  return { topic = topic, partition = partition, offset = offset, fetch_bytes = self.max_partition_fetch_bytes,
-           high_watermark = -1, paused = false, set = { topic = topic, partition = partition } }
+  return { topic = topic, partition = partition, offset = offset, fetch_offset = offset, epoch = 0,
+           fetch_bytes = self.max_partition_fetch_bytes, high_watermark = -1, paused = false,
+           set = { topic = topic, partition = partition } }
+end
+
+-- set_position(st, offset): the partition is read from offset on (seek, a
+-- reset, its first position); what was fetched for the old one, pending or
+-- in flight, is dropped (a new epoch).
+function _M.set_position(_, st, offset)
+  st.offset, st.fetch_offset, st.epoch = offset, offset, st.epoch + 1
+end
+
+-- Undecoded data of st was dropped while st stays assigned: fetch again
+-- from the delivered position (the data fetched past it is dropped too).
+local function rewind(st)
+  st.fetch_offset, st.epoch = st.offset, st.epoch + 1
+end
+
+-- drop_pending(): forgets the fetched data not decoded yet (pause/resume);
+-- its partitions are fetched again from their positions.
+function _M:drop_pending()
+  for _, it in ipairs(self.pending or {}) do
+    if it.st.epoch == it.epoch then rewind(it.st) end
+  end
+  self.pending = nil
 end
 
 -- get(topic, partition) -> the state | nil
@@ -130,7 +165,7 @@ function _M:_partition_result(st, pr, out)
       end
       local off, err, code = self:list_offsets(st.topic, st.partition, self.auto_offset_reset)
       if not off then return nil, err, code end
-      st.offset = off
+      self:set_position(st, off)
       return true
     end
     if e.retriable then
@@ -194,12 +229,21 @@ end
 function _M:_settle(st, pr, out, errs)
   if #out >= self.max_poll_records then
     local p = self.pending or {}
-    p[#p + 1] = { st = st, pr = pr, offset = st.offset }
+    p[#p + 1] = { st = st, pr = pr, epoch = st.epoch }
     self.pending = p
     return
   end
   local ok, err, code, kcode = self:_partition_result(st, pr, out)
   if not ok then add_error(errs, st, err, code, kcode) end
+  local sent = pr.fetched_to
+  if sent and st.offset ~= sent and st.fetch_offset == sent then
+    -- the next Fetch went out from where the headers said these records
+    -- end, and decoding ended elsewhere (a corrupt batch stopped it): the
+    -- answer to that Fetch is dropped, the partition fetched from st.offset
+    rewind(st)
+  elseif not st.fetch_offset then
+    st.fetch_offset = st.offset -- not pipelined: fetched once decoded
+  end
 end
 
 -- Decodes what earlier fetches left (dropped when the partition was
@@ -209,8 +253,8 @@ function _M:_drain(out, errs)
   self.pending = nil
   for _, it in ipairs(pend) do
     local st = it.st
-    if self.index[pkey(st.topic, st.partition)] == st and st.offset == it.offset and not st.paused then
-      self:_settle(st, it.pr, out, errs)
+    if self.index[pkey(st.topic, st.partition)] == st and st.epoch == it.epoch then
+      if st.paused then rewind(st) else self:_settle(st, it.pr, out, errs) end
     end
   end
 end
@@ -219,13 +263,17 @@ end
 -- flight (partitions already in a Fetch wait for its answer; partitions in
 -- skip are left out until the time given). Partitions whose leader cannot
 -- be reached get an error in errs and are tried again after
--- retry_backoff_ms.
-function _M:_send_fetches(deadline, errs, skip)
+-- retry_backoff_ms. With only (a Fetch's partitions), just those that are
+-- still assigned: the pipelined Fetch to the broker that answered.
+function _M:_send_fetches(deadline, errs, skip, only)
   local client = self.client
   local items = {}
   local tnow = client.now()
-  for _, st in ipairs(self.parts) do
-    if not st.fetch and not st.paused and st.offset and not (skip[st] and skip[st] > tnow) then items[#items + 1] = st end
+  for _, st in ipairs(only or self.parts) do
+    if not st.fetch and not st.paused and st.fetch_offset and not (skip[st] and skip[st] > tnow)
+      and (not only or self.index[pkey(st.topic, st.partition)] == st) then
+      items[#items + 1] = st
+    end
   end
   if #items == 0 then return end
   local groups, failed = client:group(items, deadline, self.pool)
@@ -238,7 +286,7 @@ function _M:_send_fetches(deadline, errs, skip)
   for _, g in ipairs(groups) do
     local conn = g.conn
     if not self.fetches[conn] then
-      local topics, list, offsets = {}, {}, {}
+      local topics, list, offsets, epochs = {}, {}, {}, {}
       for _, st in ipairs(g.items) do
         local t = topics[st.topic]
         if not t then
@@ -246,10 +294,10 @@ function _M:_send_fetches(deadline, errs, skip)
           topics[st.topic] = t
           list[#list + 1] = t
         end
-        t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.offset,
+        t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.fetch_offset,
           partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
           last_fetched_epoch = -1 }
-        offsets[st] = st.offset
+        offsets[st], epochs[st] = st.fetch_offset, st.epoch
       end
       local v, err, code = conn:version(API.Fetch)
       local corr
@@ -260,7 +308,7 @@ function _M:_send_fetches(deadline, errs, skip)
           { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
       end
       if corr then
-        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, wait = wait }
+        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, epochs = epochs, wait = wait }
         self.fetches[conn] = f
         self.flist[#self.flist + 1] = f
         for _, st in ipairs(g.items) do st.fetch = f end
@@ -290,16 +338,19 @@ end
 
 -- Reads the answer to Fetch f until the deadline. Returns false while it
 -- is still in flight. A partition that failed is not fetched again in this
--- poll (skip), so a stuck partition cannot make a poll spin.
+-- poll (skip), so a stuck partition cannot make a poll spin. The next
+-- Fetch to the broker goes out before the answer's records are decoded.
 function _M:_collect(f, deadline, out, errs, skip)
   local resp, err, code = f.conn:receive(f.corr, deadline)
   if not resp and code == "timeout" and f.conn:waiting(f.corr) then return false end
   self:_fetch_done(f)
-  local current = {}
+  local current, asked = {}, {}
   for _, st in ipairs(f.parts) do
     -- only partitions still assigned and not sought since the Fetch was sent
-    if self.index[pkey(st.topic, st.partition)] == st and st.offset == f.offsets[st] and not st.paused then
+    if self.index[pkey(st.topic, st.partition)] == st and st.epoch == f.epochs[st]
+      and st.fetch_offset == f.offsets[st] and not st.paused then
       current[st] = true
+      asked[#asked + 1] = st
     end
   end
   local t = self.client.now()
@@ -319,23 +370,43 @@ function _M:_collect(f, deadline, out, errs, skip)
       for st in pairs(current) do add_error(errs, st, "Fetch: " .. e.name, "kafka", e.code) end
     end
   end
-  local nerr, nout = #errs, #out
+  -- where each partition's next Fetch starts, from its batch headers
+  local got, piped = {}, false
   for _, tr in ipairs(resp.responses or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
       local st = self.index[pkey(tr.topic, pr.partition_index)]
       if st and current[st] then
-        self:_settle(st, pr, out, errs)
-        if #errs > nerr then
-          skip[st] = math.huge
-          nerr = #errs
+        current[st] = nil -- once: a partition listed twice is taken the first time
+        got[#got + 1] = st
+        got[#got + 1] = pr
+        local raw = pr.records
+        if pr.error_code ~= errors.NONE then
+          st.fetch_offset = nil -- set once handled (a reset moves it)
+        elseif raw and #raw > 0 then
+          local to = proto.records_end(raw)
+          if to and to > st.fetch_offset then
+            st.fetch_offset, pr.fetched_to, piped = to, to, true
+          else
+            st.fetch_offset = nil -- a partial batch alone, bad framing: decoding tells
+          end
         end
       end
+    end
+  end
+  if piped then self:_send_fetches(self.deadline, errs, skip, f.parts) end
+  local nerr, nout = #errs, #out
+  for i = 1, #got, 2 do
+    local st = got[i]
+    self:_settle(st, got[i + 1], out, errs)
+    if #errs > nerr then
+      skip[st] = math.huge
+      nerr = #errs
     end
   end
   if #out == nout and f.wait == 0 then
     -- an empty answer to a Fetch that asked the broker not to wait: do not
     -- ask again at once (the poll would spin on the network)
-    for st in pairs(current) do
+    for _, st in ipairs(asked) do
       if not skip[st] then skip[st] = t + self.retry_backoff_ms end
     end
   end
@@ -358,12 +429,15 @@ function _M:fetch(deadline, out, errs, wake)
   end
   local skip = self.skip or {}
   self.skip = skip
+  self.deadline = deadline
   while true do
     self:_send_fetches(deadline, errs, skip)
-    -- every answer already there, from any broker
+    -- every answer already there, from any broker, until one leaves data
+    -- pending (the answers after it wait: one undecoded answer per broker)
     local flist = self.flist
     for i = #flist, 1, -1 do
       local f = flist[i]
+      if self.pending then break end
       if f then self:_collect(f, now(), out, errs, skip) end
     end
     -- messages end the poll; errors alone wait for the deadline (the
@@ -372,6 +446,11 @@ function _M:fetch(deadline, out, errs, wake)
     local t = now()
     if #out > 0 or t >= stop then return end
     local f = self.flist[1]
+    if not f then
+      -- an answer dropped (a seek, a rewind) leaves partitions to fetch now
+      self:_send_fetches(deadline, errs, skip)
+      f = self.flist[1]
+    end
     if not f then
       -- nothing in flight: try the unreachable leaders again after a backoff
       local wake_t = stop

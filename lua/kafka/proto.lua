@@ -16,6 +16,7 @@ local _M = {
   encode_records = core.encode_records,
   decode_records = core.decode_records,
   decode_columns = core.decode_columns,
+  records_end = core.records_end,
   batch = core.batch,
   api_key = core.api_key,
   api_name = core.api_name,
