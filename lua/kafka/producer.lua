@@ -973,7 +973,8 @@ function _M:_retry(tp, batch, err, code, kcode)
   end
   batch.attempts = batch.attempts + 1
   if not client_mod.RETRIABLE[code] or (self.max_retries and batch.attempts > self.max_retries) then
-    self:_fail(tp, batch, ("%s (after %d attempts)"):format(tostring(err), batch.attempts), code or "failed", kcode)
+    -- (a nil code would be a bug: "internal")
+    self:_fail(tp, batch, ("%s (after %d attempts)"):format(tostring(err), batch.attempts), code or "internal", kcode)
     return
   end
   local b = self.retry_backoff_ms * 2 ^ (batch.attempts - 1)
