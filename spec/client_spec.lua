@@ -400,3 +400,26 @@ describe("client against the mock cluster", function()
     assert.matches("out of range", err)
   end)
 end)
+
+describe("client:call, the retry service", function()
+  it("o.backoff(kafka_code, attempt) overrides a retry's wait (a first AddPartitionsToTxn's CONCURRENT_TRANSACTIONS: 20 ms)",
+    function()
+    local E = require("kafka").proto.errors
+    local sleeps, t = {}, 0
+    local client = require("kafka").client.new { brokers = "127.0.0.1:1", retry_backoff_ms = 100,
+      retry_backoff_max_ms = 1000, now = function() return t end,
+      sleep = function(ms) sleeps[#sleeps + 1], t = ms, t + ms end }
+    -- fails twice with CONCURRENT_TRANSACTIONS, once with COORDINATOR_LOAD_IN_PROGRESS, then answers
+    local answers = { E.CONCURRENT_TRANSACTIONS, E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS }
+    local n = 0
+    local res = client:call(function()
+      n = n + 1
+      if answers[n] then return nil, "busy", "retriable", answers[n], true end
+      return "done"
+    end, { backoff = function(kc) return kc == E.CONCURRENT_TRANSACTIONS and 20 or nil end })
+    assert.are.equal("done", res)
+    -- the third wait is the client's own for attempt 3: retry_backoff_ms doubled twice
+    assert.are.same({ 20, 20, 400 }, sleeps)
+    client:close()
+  end)
+end)

@@ -378,7 +378,8 @@ _M.RETRIABLE = RETRIABLE
 -- the broker's backoff to end and is not counted as an attempt. Gives up
 -- at the deadline (o.timeout_ms, default default_api_timeout_ms) or after
 -- max_retries counted attempts (o.max_retries, default the client's: nil,
--- unlimited). o.on_retry(code) runs before each retry (e.g. invalidate).
+-- unlimited). o.on_retry(code) runs before each retry (e.g. invalidate);
+-- o.backoff(kafka_code, attempt) -> ms | nil overrides a retry's wait.
 function _M:call(fn, o)
   local deadline = self.now() + (o and o.timeout_ms or self.default_api_timeout_ms)
   local max = self.max_retries
@@ -395,7 +396,7 @@ function _M:call(fn, o)
     else
       attempts = attempts + 1
       if max and attempts > max then return nil, err, code, kcode end
-      wait = self:backoff(attempts)
+      wait = o and o.backoff and o.backoff(kcode, attempts) or self:backoff(attempts)
     end
     if o and o.on_retry then o.on_retry(code) end
     local left = deadline - self.now()

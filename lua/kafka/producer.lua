@@ -1173,8 +1173,9 @@ function _M:_txn_error(state, err, code, kcode)
 end
 
 -- A request to the transaction coordinator, retried through the client:
--- check(resp) -> true | nil, err, code, kcode, retriable.
-function _M:_txn_call(api, body, cap, check_resp)
+-- check(resp) -> true | nil, err, code, kcode, retriable; o: client:call's
+-- options.
+function _M:_txn_call(api, body, cap, check_resp, o)
   local client = self.client
   return client:call(function(deadline)
     local c = self.txn_coord
@@ -1203,8 +1204,13 @@ function _M:_txn_call(api, body, cap, check_resp)
     end
     if not ok then return nil, err, code, kcode, retriable end
     return ok
-  end)
+  end, o)
 end
+
+-- CONCURRENT_TRANSACTIONS on the first AddPartitionsToTxn of a transaction
+-- means the previous one is still writing its markers: tried again after
+-- 20 ms, not retry_backoff_ms (as Kafka's Java client does, KAFKA-5482).
+local FIRST_ADD_BACKOFF_MS = 20
 
 function _M:_top_error(what)
   return function(resp)
@@ -1311,6 +1317,7 @@ function _M:_add_partitions(items)
   if n == 0 then return true end
   local topics = {}
   for i, t in ipairs(new) do topics[i] = { name = t.name, partitions = t.partitions } end
+  local first_add = next(parts) == nil
   local ok, err, code, kcode = self:_txn_call(API.AddPartitionsToTxn, function()
     return { v3_and_below_transactional_id = self.transactional_id, v3_and_below_producer_id = self.producer_id,
       v3_and_below_producer_epoch = self.producer_epoch, v3_and_below_topics = topics }
@@ -1329,7 +1336,7 @@ function _M:_add_partitions(items)
       return nil, self:_kafka_error(("AddPartitionsToTxn %s/%d"):format(first[1], first[2]), first[3])
     end
     return true
-  end)
+  end, first_add and { backoff = function(kc) return kc == errors.CONCURRENT_TRANSACTIONS and FIRST_ADD_BACKOFF_MS end })
   if not ok then
     local fatal = code == "fenced" or code == "fatal"
     self:_txn_error(fatal and "fatal_error" or "abortable_error", err, fatal and code or "abortable", kcode)
