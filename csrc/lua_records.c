@@ -320,6 +320,7 @@ typedef struct lrec {
   /* consumer options (decode_records): */
   int want_batches;    /* build the batches array */
   int set_base, nset;  /* key/value pairs copied into every message */
+  int keys;            /* the field names below, pushed once per call (no string lookup per field) */
   int skip_control;    /* leave out control records */
   int64_t min_offset;  /* leave out records below it */
   int64_t next;        /* one past the highest offset seen (0: none) */
@@ -400,6 +401,14 @@ static void push_headers(lua_State *L, const kf_record *r) {
   }
 }
 
+/* The message fields' names, in the order of the stack slots from
+ * lrec.keys. */
+enum { K_OFFSET, K_TIMESTAMP, K_KEY, K_VALUE, K_HEADERS, K_CRC, K_CONTROL, K_COUNT };
+static const char *const rec_keys[K_COUNT] = {"offset", "timestamp", "key", "value", "headers", "crc", "control"};
+
+/* Pushes field name k (the value follows it, then lua_rawset). */
+#define PUSH_KEY(L, c, k) lua_pushvalue((L), (c)->keys + (k))
+
 static int r_record(void *u, const kf_record *r) {
   lrec *c = (lrec *)u;
   lua_State *L = c->L;
@@ -416,29 +425,36 @@ static int r_record(void *u, const kf_record *r) {
     lua_pushvalue(L, c->set_base + 2 * j + 1);
     lua_rawset(L, -3);
   }
+  PUSH_KEY(L, c, K_OFFSET);
   kf_pushi64(L, r->offset);
-  lua_setfield(L, -2, "offset");
+  lua_rawset(L, -3);
+  PUSH_KEY(L, c, K_TIMESTAMP);
   kf_pushi64(L, r->timestamp);
-  lua_setfield(L, -2, "timestamp");
+  lua_rawset(L, -3);
   if (r->key) {
+    PUSH_KEY(L, c, K_KEY);
     lua_pushlstring(L, (const char *)r->key, r->key_len);
-    lua_setfield(L, -2, "key");
+    lua_rawset(L, -3);
   }
   if (r->value) {
+    PUSH_KEY(L, c, K_VALUE);
     lua_pushlstring(L, (const char *)r->value, r->value_len);
-    lua_setfield(L, -2, "value");
+    lua_rawset(L, -3);
   }
   if (r->nheaders) {
+    PUSH_KEY(L, c, K_HEADERS);
     push_headers(L, r);
-    lua_setfield(L, -2, "headers");
+    lua_rawset(L, -3);
   }
   if (r->crc >= 0) {
+    PUSH_KEY(L, c, K_CRC);
     kf_pushi64(L, r->crc);
-    lua_setfield(L, -2, "crc");
+    lua_rawset(L, -3);
   }
   if (r->control) {
+    PUSH_KEY(L, c, K_CONTROL);
     lua_pushboolean(L, 1);
-    lua_setfield(L, -2, "control");
+    lua_rawset(L, -3);
   }
   lua_rawseti(L, c->msgs, ++c->nmsg);
   return 0;
@@ -476,7 +492,7 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   kf_rec_visitor v;
   kf_rec_result res;
   int base = lua_gettop(L);
-  luaL_checkstack(L, 40, "records");
+  luaL_checkstack(L, 3 + 2 * 16 + K_COUNT + 8, "records");
   if (x && x->into) lua_pushvalue(L, x->into);
   else lua_newtable(L);
   lua_newtable(L);
@@ -508,6 +524,11 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
       lua_remove(L, -3);
       c.nset++;
     }
+  }
+  c.keys = lua_gettop(L) + 1;
+  {
+    int k;
+    for (k = 0; k < K_COUNT; k++) lua_pushstring(L, rec_keys[k]);
   }
   v.ud = &c;
   v.batch = r_batch;
