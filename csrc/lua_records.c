@@ -177,6 +177,11 @@ typedef struct lbatch {
   kf_writer out;
   kf_batch_opts stamp; /* the options a request encodes it with (b:stamp) */
   int live;
+  /* the producer's accounting (b:add): its size estimate of what was
+   * added, the limit b:add stops at, and the message ids as runs */
+  int64_t acc, limit;
+  int64_t *runs;       /* first, count, first, count, ... */
+  size_t nruns, capruns; /* int64 slots used, allocated */
 } lbatch;
 
 /* The builder at argument 1. The methods carry the metatable as upvalue 1,
@@ -190,9 +195,11 @@ static lbatch *check_batch(lua_State *L) {
   return lb;
 }
 
-/* proto.batch{compression=, magic=} -> builder userdata. */
+/* proto.batch{compression=, magic=, limit=} -> builder userdata (limit:
+ * the accounted bytes b:add stops at; 0, the default: none). */
 static int l_batch(lua_State *L) {
   int magic = 2, codec = 0;
+  int64_t limit = 0;
   lbatch *lb;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -202,10 +209,16 @@ static int l_batch(lua_State *L) {
     lua_pop(L, 1);
     if (codec == KF_CODEC_ZSTD && magic < 2) luaL_error(L, "zstd needs magic 2");
   }
+  if (!lua_isnoneornil(L, 1)) kfl_opt_int(L, 1, "limit", 0, &limit);
+  if (limit < 0) luaL_error(L, "limit must not be negative");
   lb = (lbatch *)kf_newuserdata(L, sizeof(lbatch));
   kf_batch_init(&lb->b, magic, codec);
   kf_w_init(&lb->out);
   kf_batch_opts_default(&lb->stamp);
+  lb->acc = 0;
+  lb->limit = limit;
+  lb->runs = NULL;
+  lb->nruns = lb->capruns = 0;
   lb->live = 1;
   luaL_setmetatable(L, BATCH_MT);
   return 1;
@@ -219,6 +232,57 @@ static int l_batch_append(lua_State *L) {
   if (batch_add(L, &lb->b, 2, 3, 4, 5, &e)) return kfl_fail(L, &e);
   lua_pushinteger(L, lb->b.count);
   return 1;
+}
+
+/* b:add(value, key, headers, timestamp, id, size) -> true | false (the
+ * batch has records and size would take its accounting past the limit:
+ * nothing added) | nil, err, code. The producer's append and accounting
+ * in one call: size is the caller's estimate of the message, id its
+ * message id (kept as runs of consecutive ids). Raises on misuse. */
+static int l_batch_add(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  kf_err e = {0, {0}};
+  int64_t id = 0, size = 0;
+  lua_settop(L, 7);
+  if (!kf_toi64(L, 6, &id)) luaL_argerror(L, 6, "message id must be an integer");
+  if (!kf_toi64(L, 7, &size) || size < 0) luaL_argerror(L, 7, "size must be an integer >= 0");
+  if (lb->limit > 0 && lb->b.count > 0 && size > lb->limit - lb->acc) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  /* room for a new run first: nothing changes when this raises */
+  if (lb->nruns + 2 > lb->capruns) {
+    size_t cap = lb->capruns ? lb->capruns * 2 : 8;
+    int64_t *r = (int64_t *)realloc(lb->runs, cap * sizeof(int64_t));
+    if (!r) luaL_error(L, "out of memory");
+    lb->runs = r;
+    lb->capruns = cap;
+  }
+  if (batch_add(L, &lb->b, 2, 3, 4, 5, &e)) return kfl_fail(L, &e);
+  lb->acc += size;
+  if (lb->nruns > 0 && lb->runs[lb->nruns - 2] + lb->runs[lb->nruns - 1] == id) {
+    lb->runs[lb->nruns - 1]++;
+  } else {
+    lb->runs[lb->nruns++] = id;
+    lb->runs[lb->nruns++] = 1;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* b:account() -> count, size, runs: the records, the accounted size and
+ * the ids as {first, count, first, count, ...} (see b:add). */
+static int l_batch_account(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  size_t i;
+  lua_pushinteger(L, lb->b.count);
+  kf_pushi64(L, lb->acc);
+  lua_createtable(L, (int)lb->nruns, 0);
+  for (i = 0; i < lb->nruns; i++) {
+    kf_pushi64(L, lb->runs[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 3;
 }
 
 static int l_batch_len(lua_State *L) {
@@ -262,7 +326,10 @@ static int l_batch_stamp(lua_State *L) {
 }
 
 static int l_batch_clear(lua_State *L) {
-  kf_batch_clear(&check_batch(L)->b);
+  lbatch *lb = check_batch(L);
+  kf_batch_clear(&lb->b);
+  lb->acc = 0;
+  lb->nruns = 0;
   lua_settop(L, 1);
   return 1;
 }
@@ -272,6 +339,9 @@ static int l_batch_close(lua_State *L) {
   if (lb->live) {
     kf_batch_free(&lb->b);
     kf_w_free(&lb->out);
+    free(lb->runs);
+    lb->runs = NULL;
+    lb->nruns = lb->capruns = 0;
     lb->live = 0;
   }
   return 0;
@@ -767,6 +837,8 @@ static const luaL_Reg records_funcs[] = {
 
 static const luaL_Reg batch_methods[] = {
   {"append", l_batch_append},
+  {"add", l_batch_add},
+  {"account", l_batch_account},
   {"bytes_size", l_batch_bytes},
   {"encode", l_batch_encode},
   {"clear", l_batch_clear},

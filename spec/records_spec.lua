@@ -177,6 +177,40 @@ describe("records", function()
     end
   end)
 
+  it("the builder's add: append and accounting in one call, false once the limit would be passed", function()
+    local b = proto.batch { limit = 250 }
+    -- ids 7, 8, 9 then 20: runs {7, 3, 20, 1}; sizes are the caller's estimates
+    assert.are.same({ true, true, true, true }, { b:add("a", nil, nil, 1, 7, 60), b:add("b", "k", nil, 2, 8, 60),
+      b:add(nil, nil, { h = "v" }, 3, 9, 60), b:add("d", nil, nil, 4, 20, 60) })
+    assert.is_false(b:add("e", nil, nil, 5, 21, 11)) -- 240 + 11 > 250: not added
+    assert.is_true(b:add("f", nil, nil, 6, 21, 10))  -- 250: added
+    local count, size, runs = b:account()
+    assert.are.same({ 5, 250, { 7, 3, 20, 2 } }, { count, size, runs })
+    local msgs = proto.decode_records(b:encode { base_offset = 0 })
+    local vals = {}
+    for i, m in ipairs(msgs) do vals[i] = tostring(m.value) .. "/" .. tostring(m.key) .. "/" .. m.timestamp end
+    assert.are.same({ "a/nil/1", "b/k/2", "nil/nil/3", "d/nil/4", "f/nil/6" }, vals)
+    -- an empty batch takes a message larger than the limit; a full one does not
+    local big = proto.batch { limit = 10 }
+    assert.is_true(big:add("x", nil, nil, 1, 1, 500))
+    assert.is_false(big:add("y", nil, nil, 1, 2, 1))
+    local bc, bs = big:account()
+    assert.are.same({ 1, 500 }, { bc, bs })
+    -- a data error adds nothing; misuse raises
+    local legacy = proto.batch { magic = 1, limit = 100 }
+    local ok, err, code = legacy:add("v", nil, { { key = "h", value = "v" } }, 1, 1, 10)
+    local _, _, append_code = proto.batch { magic = 1 }:append("v", nil, { { key = "h", value = "v" } })
+    assert.is_nil(ok)
+    assert.are.equal(append_code, code) -- as b:append's
+    assert.matches("headers need magic 2", err)
+    assert.are.same({ 0, 0, {} }, { legacy:account() })
+    assert.has_error(function() b:add("v", nil, nil, 1, "x", 1) end)
+    assert.has_error(function() b:add("v", nil, nil, 1, 1, -1) end)
+    assert.has_error(function() proto.batch { limit = -1 } end, "limit must not be negative")
+    b:clear()
+    assert.are.same({ 0, 0, {} }, { b:account() })
+  end)
+
   it("builder misuse raises, with a message naming the argument", function()
     local b = proto.batch()
     assert.has_error(function() b:append(42) end, "record value must be a string or nil")

@@ -72,11 +72,12 @@ local _M = {}
 local mt = { __index = _M }
 
 local WHERE = "kafka.producer.new"
--- the builder's append, called directly (no method lookup per message)
-local batch_append
+-- the builder's add (append and accounting in one call) and account,
+-- called directly (no method lookup per message)
+local batch_add, batch_account
 do
   local b = proto.batch()
-  batch_append = b.append
+  batch_add, batch_account = b.add, b.account
   b:close()
 end
 local CODECS = { "none", "gzip", "snappy", "lz4", "zstd", 0, 1, 2, 3, 4 }
@@ -250,19 +251,19 @@ function _M._tp(_, t, partition)
   return tp
 end
 
--- Counts message id `id` into batch: ids as runs {first, count, first,
--- count, ...}, so consecutive sends to one partition (sticky or keyed
--- alike) cost no table growth.
-local function add_id(batch, id)
-  local runs = batch.runs
-  local nr = #runs
-  if nr > 0 and runs[nr - 1] + runs[nr] == id then
-    runs[nr] = runs[nr] + 1
-  else
-    runs[nr + 1] = id
-    runs[nr + 2] = 1
-  end
-  batch.count = batch.count + 1
+-- An open batch's builder keeps its count, accounted size and message
+-- ids (as runs {first, count, ...}: consecutive sends to one partition
+-- cost nothing); sealing copies them into the batch table, where the
+-- send rounds and the reports read them.
+local function sync(batch)
+  batch.count, batch.size, batch.runs = batch_account(batch.b)
+end
+
+-- Seals the open batch of tp: it takes no more messages.
+local function seal(tp, batch)
+  sync(batch)
+  batch.state = "sealed"
+  if tp.open == batch then tp.open = nil end
 end
 
 local function header_bytes(h)
@@ -340,16 +341,14 @@ function _M:send(topic, value, o)
     return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
   end
   local seq = self.seq + 1
-  -- the common case inline: the partition's open batch has room
+  -- the common case inline: the partition's open batch takes it (false: full)
   local tp = t.parts[partition]
   local batch = tp and tp.open
-  if batch and batch.size + size <= self.batch_size then
-    local ok, berr = batch_append(batch.b, value, key, headers, ts)
-    if not ok then return nil, berr, "invalid" end
-    add_id(batch, seq)
-    batch.size = batch.size + size
-  else
-    local ok, aerr, acode = self:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
+  local ok, aerr, acode
+  if batch then ok, aerr = batch_add(batch.b, value, key, headers, ts, seq, size) end
+  if not ok then
+    if ok == nil and batch then return nil, aerr, "invalid" end
+    ok, aerr, acode = self:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
     if not ok then return nil, aerr, acode end
   end
   self.seq = seq
@@ -365,29 +364,31 @@ end
 function _M:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
   local tp = t.parts[partition] or self:_tp(t, partition)
   local batch = tp.open
-  local fresh = false
-  if not batch or batch.size + size > self.batch_size then
-    local q = tp.queue
-    -- a full batch ends the sticky choice: the next unkeyed message goes
-    -- to a partition picked anew
-    if q[1] and key == nil and not explicit then t.sticky = nil end
-    if self.codec == "zstd" and magic < 2 then
-      return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
-    end
-    if batch then batch.state = "sealed" end -- full
-    -- the delivery deadline counts from the batch's first message
-    local now = self.client.now()
-    batch = { b = proto.batch { magic = magic, compression = self.codec }, state = "open", runs = {}, count = 0,
-              size = 0, attempts = 0, next_try = 0, born = now, expires = now + self.delivery_timeout_ms }
-    q[#q + 1] = batch
-    tp.open = batch
-    fresh = #q > 1
+  if batch then
+    local ok, berr = batch_add(batch.b, value, key, headers, ts, seq, size)
+    if ok then return true, nil, nil, false end
+    if ok == nil then return nil, berr, "invalid" end
+    seal(tp, batch) -- full
   end
-  local ok, berr = batch_append(batch.b, value, key, headers, ts)
-  if not ok then return nil, berr, "invalid" end
-  add_id(batch, seq)
-  batch.size = batch.size + size
-  return true, nil, nil, fresh
+  local q = tp.queue
+  -- a full batch ends the sticky choice: the next unkeyed message goes
+  -- to a partition picked anew
+  if q[1] and key == nil and not explicit then t.sticky = nil end
+  if self.codec == "zstd" and magic < 2 then
+    return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
+  end
+  -- the delivery deadline counts from the batch's first message
+  local now = self.client.now()
+  batch = { b = proto.batch { magic = magic, compression = self.codec, limit = self.batch_size }, state = "open",
+            first_id = seq, attempts = 0, next_try = 0, born = now, expires = now + self.delivery_timeout_ms }
+  local ok, berr = batch_add(batch.b, value, key, headers, ts, seq, size) -- (an empty batch takes any size)
+  if not ok then
+    batch.b:close()
+    return nil, berr, "invalid"
+  end
+  q[#q + 1] = batch
+  tp.open = batch
+  return true, nil, nil, #q > 1
 end
 
 local traceback = debug.traceback
@@ -426,6 +427,7 @@ end
 -- A batch settled (out of its queue): counted and reported.
 function _M:_done(tp, batch, base_offset, err, code, kcode)
   local topic, partition = tp.topic, tp.partition
+  if batch.state == "open" then sync(batch) end -- (failed before it was sent)
   batch.state = "done"
   local count = batch.count
   if not err then self.delivered = self.delivered + count else self.nfailed = self.nfailed + count end
@@ -753,10 +755,7 @@ function _M:_send_round(deadline, linger)
       -- sealed: later messages go to a new batch. The builder itself goes
       -- into the request (encoded straight into the frame, no string);
       -- a retry encodes the same bytes again (the same sequence too).
-      if batch.state == "open" then
-        batch.state = "sealed"
-        it.tp.open = nil
-      end
+      if batch.state == "open" then seal(it.tp, batch) end
       if self.idempotent and not batch.seq then self:_stamp(it.tp, batch) end
       -- requests stay under max_request_bytes (at least one batch each):
       -- smaller frames recycle memory instead of faulting in fresh pages
@@ -921,8 +920,8 @@ function _M:_split(tp, batch)
     left = left - size
     local b = proto.batch { magic = self.magic, compression = self.codec }
     assert(b:append(m.value, m.key, m.headers, m.timestamp))
-    local nb = { b = b, state = "sealed", runs = { ids[i], 1 }, count = 1, size = size, attempts = batch.attempts,
-      next_try = 0, born = batch.born, expires = batch.expires }
+    local nb = { b = b, state = "sealed", runs = { ids[i], 1 }, first_id = ids[i], count = 1, size = size,
+      attempts = batch.attempts, next_try = 0, born = batch.born, expires = batch.expires }
     if batch.seq then
       -- the parts keep the refused batch's sequence range, one number each
       nb.seq = seq_add(batch.seq, i - 1)
@@ -1772,7 +1771,7 @@ function _M:_bg_min_outstanding()
   for _, t in pairs(self.topics) do
     for _, tp in ipairs(t.order) do
       local b = tp.queue[1]
-      local first = b and b.runs[1]
+      local first = b and b.first_id
       if first and first < m then m = first end
     end
   end
