@@ -127,7 +127,8 @@ return {
     promise = "timeouts are deadlines: a read stops at the caller's deadline" },
   { name = "offset-reset-swapped", file = "lua/kafka/fetcher.lua",
     find = [[local off, err, code = self:list_offsets(st.topic, st.partition, self.auto_offset_reset)]],
-    replace = [[local off, err, code = self:list_offsets(st.topic, st.partition, self.auto_offset_reset == "earliest" and "latest" or "earliest")]],
+    replace = [[local off, err, code = self:list_offsets(st.topic, st.partition, ]]
+      .. [[self.auto_offset_reset == "earliest" and "latest" or "earliest")]],
     spec = "spec/client_spec.lua", filter = "offset out of range",
     promise = "an offset out of range resets to auto_offset_reset (earliest or latest)" },
   { name = "start-offset-default", file = "lua/kafka/consumer.lua",
