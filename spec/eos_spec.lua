@@ -308,13 +308,19 @@ for _, version in ipairs(rk.versions()) do
       local reports, failed = tp:flush()
       assert.are.equal(0, failed)
       assert.are.equal(10, #reports)
+      assert.is_nil(tp:stats().previous_transaction) -- no transaction before the first
       assert(tp:begin_transaction())
       for i = 1, 10 do assert(tp:send(topic, "a1-" .. i, { partition = i % 2 })) end
       tp:flush() -- written, then aborted
+      -- its first partition joined right after the commit: the producer
+      -- waited until the coordinator had written the commit's markers
+      assert.are.equal("CompleteCommit", tp:stats().previous_transaction)
       assert(plain:send_sync(topic, "plain-2", { partition = 0 }))
       assert(tp:abort_transaction())
       assert(tp:begin_transaction())
       for i = 1, 5 do assert(tp:send(topic, "c2-" .. i, { partition = 0 })) end
+      tp:flush()
+      assert.are.equal("CompleteAbort", tp:stats().previous_transaction)
       assert(tp:commit_transaction())
       assert.are.equal("ready", tp:transaction_state())
       local want = range("c1-", 1, 10)

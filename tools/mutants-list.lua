@@ -307,4 +307,10 @@ return {
     spec = "spec/eos_spec.lua", filter = "coordinator timed out", env = K,
     promise = "INVALID_PRODUCER_EPOCH on a transactional Produce is abortable (KIP-588): a timed-out "
       .. "transaction is aborted and the producer goes on (v2)" },
+  { name = "txn-no-settle-wait", file = "lua/kafka/producer.lua",
+    find = [[local SETTLING = { PrepareCommit = true, PrepareAbort = true }]],
+    replace = [[local SETTLING = {}]],
+    spec = "spec/eos_spec.lua", filter = "committed transactions are read", env = K,
+    promise = "a transaction right after another waits until the coordinator wrote the previous one's markers "
+      .. "(no 20 ms CONCURRENT_TRANSACTIONS retry)" },
 }

@@ -1218,6 +1218,43 @@ function _M:_top_error(what)
   end
 end
 
+-- The previous transaction's end, seen from the next one's first add.
+-- EndTxn is answered once the outcome is logged (PrepareCommit or
+-- PrepareAbort); the markers are written after that (1-8 ms on one Kafka
+-- 4.1 broker, measured). A first add inside that window is refused with
+-- CONCURRENT_TRANSACTIONS and waits 20 ms: v1's AddPartitionsToTxn here
+-- (FIRST_ADD_BACKOFF_MS), v2's Produce inside the broker
+-- (add.partitions.to.txn.retry.backoff.ms). Asking the coordinator
+-- (DescribeTransactions, Kafka 3.0+) until the markers are written costs the
+-- window and no more. Only right after an end (SETTLE_CHECK_MS, else the
+-- window has passed and a check is a wasted round trip), bounded by
+-- request_timeout_ms; best effort: an error or an old broker ends the wait.
+-- self.txn_settled: the state the last check ended on (stats()).
+local SETTLE_CHECK_MS = 100
+local SETTLE_POLL_MS = 1
+local SETTLING = { PrepareCommit = true, PrepareAbort = true }
+
+function _M:_await_previous_end()
+  local ended = self.txn_ended
+  self.txn_ended = nil
+  local client = self.client
+  local c = self.txn_coord
+  if not ended or client.now() - ended > SETTLE_CHECK_MS or not (c and c:is_connected()) then return end
+  local v = c:version(API.DescribeTransactions)
+  if not v then return end
+  local deadline = client.now() + c.request_timeout_ms
+  local req = { transactional_ids = { self.transactional_id } }
+  repeat
+    local resp = c:request(API.DescribeTransactions, req, { version = v, deadline = deadline })
+    local st = resp and resp.transaction_states and resp.transaction_states[1]
+    if not st or st.error_code ~= errors.NONE then return end
+    self.txn_settled = st.transaction_state
+    if not SETTLING[st.transaction_state] then return end
+    self.settle_waits = (self.settle_waits or 0) + 1
+    client.sleep(SETTLE_POLL_MS)
+  until client.now() >= deadline
+end
+
 -- A state check: misuse raises; in an error state returns the error.
 function _M:_txn_guard(where, ...)
   if not self.transactional_id then error(where .. ": the producer has no transactional_id", 3) end
@@ -1285,6 +1322,7 @@ end
 -- transaction has begun on the cluster once a batch went out).
 function _M:_add_partitions(items)
   local parts = self.txn_parts
+  if next(parts) == nil then self:_await_previous_end() end
   if self.txn_version == 2 then
     for _, it in ipairs(items) do
       local tp = parts[it.topic]
@@ -1382,6 +1420,7 @@ function _M:send_offsets_to_transaction(offsets, gm)
   local ok, err, code, kcode = self:_txn_guard(W, "in_transaction")
   if not ok then return nil, err, code, kcode end
   local v2 = self.txn_version == 2
+  if next(self.txn_parts) == nil and not self.txn_has_offsets then self:_await_previous_end() end
   if v2 then
     ok = true -- TxnOffsetCommit v5 adds the group's offsets to the transaction itself
   else
@@ -1482,6 +1521,7 @@ function _M:_end_txn(commit)
   end
   self.txn_version = next_v
   self.txn_state, self.txn_error, self.txn_parts, self.txn_has_offsets = "ready", nil, {}, false
+  if touched then self.txn_ended = self.client.now() end
   return true
 end
 
@@ -1554,7 +1594,8 @@ end
 function _M:stats()
   return { state = self.sender_state, buffered = self.nbuf, bytes = self.nbytes, in_flight = #self.in_flight,
     background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
-    reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version }
+    reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version,
+    previous_transaction = self.txn_settled, settle_waits = self.settle_waits or 0 }
 end
 
 -- partition_states() -> {{topic=, partition=, next_seq=, batches =
