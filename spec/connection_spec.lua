@@ -81,6 +81,19 @@ describe("connection", function()
     assert.matches("next attempt in", err)
   end)
 
+  it("luasocket connections run with TCP_NODELAY: a request written in pieces never waits for a delayed ACK",
+    function()
+    local server = assert(socket.bind("127.0.0.1", 0))
+    local _, port = server:getsockname()
+    local s = require("kafka.socket").luasocket_tcp()
+    s:settimeout(2000)
+    assert(s:connect("127.0.0.1", port))
+    -- (luasocket makes the descriptor in connect: set before it, the option is lost)
+    assert.is_true(s.sock:getoption("tcp-nodelay"))
+    s:close()
+    server:close()
+  end)
+
   it("takes any object with the socket methods (injected transport)", function()
     -- a scripted socket: answers ApiVersions v3 with error 35 and a v0 body
     -- naming v2, then ApiVersions v2, then Metadata

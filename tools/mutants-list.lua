@@ -307,6 +307,11 @@ return {
     spec = "spec/eos_spec.lua", filter = "coordinator timed out", env = K,
     promise = "INVALID_PRODUCER_EPOCH on a transactional Produce is abortable (KIP-588): a timed-out "
       .. "transaction is aborted and the producer goes on (v2)" },
+  { name = "socket-nagle", file = "lua/kafka/socket.lua",
+    find = [[if ok then self.sock:setoption("tcp-nodelay", true) end]],
+    replace = [[if ok then end]],
+    spec = "spec/connection_spec.lua", filter = "TCP_NODELAY",
+    promise = "luasocket connections set TCP_NODELAY after connect (requests never wait 40 ms for a delayed ACK)" },
   { name = "txn-no-settle-wait", file = "lua/kafka/producer.lua",
     find = [[local SETTLING = { PrepareCommit = true, PrepareAbort = true }]],
     replace = [[local SETTLING = {}]],

@@ -32,8 +32,14 @@ function ls_mt:settimeout(ms)
   self.sock:settimeout(ms and ms / 1000 or nil, "t")
 end
 
+-- TCP_NODELAY once connected: luasocket 3 makes the descriptor in
+-- connect() (the address family is known then), so a setoption before it
+-- fails (EBADF) and requests ran under Nagle: a request written in two
+-- pieces waited for the broker's delayed ACK, 40 ms.
 function ls_mt:connect(host, port)
-  return self.sock:connect(host, port)
+  local ok, err = self.sock:connect(host, port)
+  if ok then self.sock:setoption("tcp-nodelay", true) end
+  return ok, err
 end
 
 -- LuaSec reports a timeout as "wantread"/"wantwrite"; any other error of
@@ -84,7 +90,6 @@ function _M.luasocket_tcp()
   if not luasocket then luasocket = require "socket" end
   local s, err = luasocket.tcp()
   if not s then return nil, err end
-  s:setoption("tcp-nodelay", true)
   -- total_timeout: settimeout bounds a whole receive, so big frames are read
   -- in one call (other sockets are read in 1 MiB pieces, each bounded)
   return setmetatable({ sock = s, total_timeout = true }, ls_mt)
