@@ -1225,8 +1225,11 @@ end
 local luasocket
 
 function _M:_bind(b, port)
-  local s = assert(luasocket.tcp())
-  s:setoption("reuseaddr", true)
+  -- tcp4/tcp6 make the descriptor now (tcp() waits for bind, and loses the
+  -- option): up(id) binds the port again while its old connections linger
+  local make = self.listen_host:find(":", 1, true) and luasocket.tcp6 or luasocket.tcp4
+  local s = assert((make or luasocket.tcp)())
+  assert(s:setoption("reuseaddr", true))
   local ok, err = s:bind(self.listen_host, port or 0)
   if not ok then
     s:close()
