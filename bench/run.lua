@@ -136,6 +136,8 @@ end
 -- peak memory). A fresh mock per case: it keeps every message.
 local MOCK_CASES = { { n = E2E_N, size = 100 }, { n = math.floor(E2E_N / 10), size = 1024 } }
 local MOCK_CODECS = { "none", "lz4", "zstd" }
+-- the cases also run with Lua 5.4's incremental collector
+local function gc_case(_, codec) return codec == "none" end
 if want("mock") then
   for _, case in ipairs(MOCK_CASES) do
     for _, codec in ipairs(MOCK_CODECS) do
@@ -145,13 +147,20 @@ if want("mock") then
       local ok, err = pcall(function()
         for r = 0, E2E_RUNS do
           -- the mock keeps ~5 MB per partition: spread 100 MB wide
-          for _, who in ipairs({ "lua", "jit", "rdk" }) do m:cmd(("topic e2e-%s-%d"):format(who, r) .. " 200") end
+          for _, who in ipairs({ "lua", "jit", "rdk", "inc" }) do
+            if who ~= "inc" or gc_case(case, codec) then m:cmd(("topic e2e-%s-%d"):format(who, r) .. " 200") end
+          end
         end
         local function args(prefix)
           return ("%s %s %d %d %d"):format(m.bootstrap, prefix, case.n, E2E_RUNS, case.size)
         end
         collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s %s"):format(env54, ROOT, args("e2e-lua-"), codec)))
         collect("luajit", lines(("%s luajit %s/bench/e2e.lua %s %s"):format(envjit, ROOT, args("e2e-jit-"), codec)))
+        if gc_case(case, codec) then
+          -- the same client in Lua 5.4's incremental mode, beside the interpreter's generational default
+          collect("lua54inc", lines(("BENCH_GC=incremental %s lua5.4 %s/bench/e2e.lua %s %s"):format(env54, ROOT,
+            args("e2e-inc-"), codec)))
+        end
         collect("rdkafka", lines(("%s/build/bench/rdkafka_bench %s mock %s"):format(ROOT, args("e2e-rdk-"), codec)))
       end)
       m:stop()
@@ -478,7 +487,7 @@ for _, size in ipairs({ 100, 1024 }) do
   end
   row("decode_columns", size, "none", "kp", "decode_tables", "decode_tables", "decode records (decode_columns)")
 end
-local e2e, e2e_mem = {}, {}
+local e2e, e2e_mem, e2e_gc = {}, {}, {}
 for _, case in ipairs(MOCK_CASES) do
   for _, codec in ipairs(MOCK_CODECS) do
     for _, op in ipairs({ "produce", "consume" }) do
@@ -486,6 +495,13 @@ for _, case in ipairs(MOCK_CASES) do
       e2e[#e2e + 1] = ("| %s %d x %d B %s | %s msg/s, %.0f MB/s | %s msg/s | %s msg/s, %.0f MB/s | %s | %s |"):format(
         op, case.n, case.size, codec, M(r.lua54), (r.lua54 or 0) * case.size / 1e6, M(r.luajit), M(r.rdkafka),
         (r.rdkafka or 0) * case.size / 1e6, ratio(r.lua54, r.rdkafka), ratio(r.luajit, r.rdkafka))
+    end
+    if gc_case(case, codec) then
+      for _, op in ipairs({ "produce", "consume" }) do
+        local r = results[("%s %d %s"):format(op, case.size, codec)] or {}
+        e2e_gc[#e2e_gc + 1] = ("| %s %d x %d B %s | %s msg/s | %s msg/s | %s | %s |"):format(op, case.n, case.size,
+          codec, M(r.lua54), M(r.lua54inc), ratio(r.lua54inc, r.lua54), ratio(r.lua54inc, r.rdkafka))
+      end
     end
     local v = results[("vmhwm %d %s"):format(case.size, codec)] or {}
     local function mb(kb) return kb and ("%.0f MB"):format(kb / 1024) or "-" end
@@ -621,6 +637,14 @@ if want("mock") then
   t[#t + 1] = "| peak memory (VmHWM) | lua-kafka Lua 5.4 | lua-kafka LuaJIT | librdkafka 2.0.2 | ratio |"
   t[#t + 1] = "|---|---|---|---|---|"
   for _, r in ipairs(e2e_mem) do t[#t + 1] = r end
+  t[#t + 1] = ""
+  t[#t + 1] = "Lua 5.4's collector: the lua5.4 interpreter starts in generational mode (the columns above);"
+  t[#t + 1] = "the same runs with collectgarbage(\"incremental\") first (README: Benchmarks), same mock and run:"
+  t[#t + 1] = ""
+  t[#t + 1] = "| Lua 5.4 GC mode (mock) | generational (lua5.4's default) | incremental | incremental / generational "
+    .. "| incremental / librdkafka |"
+  t[#t + 1] = "|---|---|---|---|---|"
+  for _, r in ipairs(e2e_gc) do t[#t + 1] = r end
 end
 if NGINX then
   t[#t + 1] = ""
