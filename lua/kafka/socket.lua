@@ -90,8 +90,9 @@ function _M.luasocket_tcp()
   if not luasocket then luasocket = require "socket" end
   local s, err = luasocket.tcp()
   if not s then return nil, err end
-  -- total_timeout: settimeout bounds a whole receive, so big frames are read
-  -- in one call (other sockets are read in 1 MiB pieces, each bounded)
+  -- total_timeout: settimeout bounds a whole receive (a 0 ms timeout looks at
+  -- what is there without blocking); frames are read in 64 KiB pieces
+  -- (connection.lua, LUASOCKET_PIECE), other sockets' in 1 MiB pieces
   return setmetatable({ sock = s, total_timeout = true }, ls_mt)
 end
 
