@@ -1227,11 +1227,13 @@ end
 -- (add.partitions.to.txn.retry.backoff.ms). Asking the coordinator
 -- (DescribeTransactions, Kafka 3.0+) until the markers are written costs the
 -- window and no more. Only right after an end (SETTLE_CHECK_MS, else the
--- window has passed and a check is a wasted round trip), bounded by
--- request_timeout_ms; best effort: an error or an old broker ends the wait.
--- self.txn_settled: the state the last check ended on (stats()).
+-- window has passed and a check is a wasted round trip); asked again after
+-- 1 ms, doubling up to 32 ms, for at most SETTLE_MAX_MS (markers that take
+-- longer are stuck on something the broker retries anyway). Best effort: an
+-- error or an old broker ends the wait. self.txn_settled: the state the
+-- last check ended on (stats()).
 local SETTLE_CHECK_MS = 100
-local SETTLE_POLL_MS = 1
+local SETTLE_MAX_MS = 1000
 local SETTLING = { PrepareCommit = true, PrepareAbort = true }
 
 function _M:_await_previous_end()
@@ -1242,8 +1244,9 @@ function _M:_await_previous_end()
   if not ended or client.now() - ended > SETTLE_CHECK_MS or not (c and c:is_connected()) then return end
   local v = c:version(API.DescribeTransactions)
   if not v then return end
-  local deadline = client.now() + c.request_timeout_ms
+  local deadline = client.now() + math.min(SETTLE_MAX_MS, c.request_timeout_ms)
   local req = { transactional_ids = { self.transactional_id } }
+  local pause = 1
   repeat
     local resp = c:request(API.DescribeTransactions, req, { version = v, deadline = deadline })
     local st = resp and resp.transaction_states and resp.transaction_states[1]
@@ -1251,7 +1254,8 @@ function _M:_await_previous_end()
     self.txn_settled = st.transaction_state
     if not SETTLING[st.transaction_state] then return end
     self.settle_waits = (self.settle_waits or 0) + 1
-    client.sleep(SETTLE_POLL_MS)
+    client.sleep(pause)
+    pause = math.min(pause * 2, 32)
   until client.now() >= deadline
 end
 
