@@ -27,6 +27,11 @@ H=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$H/../../.." && pwd)
 C="$ROOT/build/kafka"
 mkdir -p "$C/run"
+# the physical path: the brokers' files must not depend on a symlink on the
+# way (make mutants links each scratch copy's build/kafka here and replaces
+# the copy between mutants; a broker that writes while the link is gone
+# loses its only log directory and shuts down)
+C=$(cd "$C" && pwd -P)
 
 die() { echo "kafka harness: $*" >&2; exit 1; }
 
