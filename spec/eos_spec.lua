@@ -9,6 +9,7 @@ local proto = kafka.proto
 local E = proto.errors
 
 local H = require "support.helpers"
+local socket = require "socket"
 local new_client = H.mock_client
 
 local function values(records)
@@ -386,6 +387,23 @@ for _, version in ipairs(rk.versions()) do
       ru:close()
     end)
 
+    -- Waits until the coordinator has written transaction tid's markers (its
+    -- state no longer PrepareCommit/PrepareAbort) -> the state. A zombie's
+    -- Produce is answered by the coordinator's state: INVALID_TXN_STATE while
+    -- the new instance's commit is still being written, INVALID_PRODUCER_EPOCH
+    -- once it is complete (Kafka 3.9.1, both seen in make test).
+    local function completed(tid)
+      local c = assert(client:coordinator(tid, 1))
+      local deadline = socket.gettime() + 10
+      while true do
+        local r = assert(c:request("DescribeTransactions", { transactional_ids = { tid } }))
+        local st = r.transaction_states[1].transaction_state
+        if st ~= "PrepareCommit" and st ~= "PrepareAbort" then return st end
+        assert(socket.gettime() < deadline, "transaction " .. tid .. " still " .. st .. " after 10 s")
+        socket.sleep(0.005)
+      end
+    end
+
     it("a zombie is fenced by a new instance with the same transactional_id: code \"fenced\"", function()
       local topic = rt.uniq("eos-zombie")
       rt.create_topic(client, topic, 1, 1)
@@ -400,6 +418,7 @@ for _, version in ipairs(rk.versions()) do
       assert(new:begin_transaction())
       assert(new:send(topic, "new-1"))
       assert(new:commit_transaction())
+      assert.are.equal("CompleteCommit", completed(tid))
       assert(old:send(topic, "zombie-2"))
       -- its Produce is refused INVALID_PRODUCER_EPOCH: abortable, as Kafka's Java client takes it (KIP-588: a
       -- transaction the coordinator timed out gets the same answer); the abort's EndTxn says PRODUCER_FENCED
