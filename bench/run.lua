@@ -137,7 +137,7 @@ end
 local MOCK_CASES = { { n = E2E_N, size = 100 }, { n = math.floor(E2E_N / 10), size = 1024 } }
 local MOCK_CODECS = { "none", "lz4", "zstd" }
 -- the cases also run with Lua 5.4's incremental collector
-local function gc_case(_, codec) return codec == "none" end
+local function gc_case(codec) return codec == "none" end
 if want("mock") then
   for _, case in ipairs(MOCK_CASES) do
     for _, codec in ipairs(MOCK_CODECS) do
@@ -148,7 +148,7 @@ if want("mock") then
         for r = 0, E2E_RUNS do
           -- the mock keeps ~5 MB per partition: spread 100 MB wide
           for _, who in ipairs({ "lua", "jit", "rdk", "inc" }) do
-            if who ~= "inc" or gc_case(case, codec) then m:cmd(("topic e2e-%s-%d"):format(who, r) .. " 200") end
+            if who ~= "inc" or gc_case(codec) then m:cmd(("topic e2e-%s-%d"):format(who, r) .. " 200") end
           end
         end
         local function args(prefix)
@@ -156,7 +156,7 @@ if want("mock") then
         end
         collect("lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s %s"):format(env54, ROOT, args("e2e-lua-"), codec)))
         collect("luajit", lines(("%s luajit %s/bench/e2e.lua %s %s"):format(envjit, ROOT, args("e2e-jit-"), codec)))
-        if gc_case(case, codec) then
+        if gc_case(codec) then
           -- the same client in Lua 5.4's incremental mode, beside the interpreter's generational default
           collect("lua54inc", lines(("BENCH_GC=incremental %s lua5.4 %s/bench/e2e.lua %s %s"):format(env54, ROOT,
             args("e2e-inc-"), codec)))
@@ -496,7 +496,7 @@ for _, case in ipairs(MOCK_CASES) do
         op, case.n, case.size, codec, M(r.lua54), (r.lua54 or 0) * case.size / 1e6, M(r.luajit), M(r.rdkafka),
         (r.rdkafka or 0) * case.size / 1e6, ratio(r.lua54, r.rdkafka), ratio(r.luajit, r.rdkafka))
     end
-    if gc_case(case, codec) then
+    if gc_case(codec) then
       for _, op in ipairs({ "produce", "consume" }) do
         local r = results[("%s %d %s"):format(op, case.size, codec)] or {}
         e2e_gc[#e2e_gc + 1] = ("| %s %d x %d B %s | %s msg/s | %s msg/s | %s | %s |"):format(op, case.n, case.size,

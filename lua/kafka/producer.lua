@@ -348,6 +348,7 @@ function _M:send(topic, value, o)
   if batch then ok, aerr = batch_add(batch.b, value, key, headers, ts, seq, size) end
   if not ok then
     if ok == nil and batch then return nil, aerr, "invalid" end
+    if batch then seal(tp, batch) end -- full: _append starts the next one without asking it again
     ok, aerr, acode = self:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
     if not ok then return nil, aerr, acode end
   end
