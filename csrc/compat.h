@@ -59,6 +59,22 @@ static inline void *kf_luaL_testudata(lua_State *L, int i, const char *tname) {
 #define kf_newuserdata(L, sz) lua_newuserdata(L, (sz))
 #endif
 
+/* Userdata with one user value (a table): kf_getuv pushes it, kf_setuv
+ * pops the value on top into it. */
+#if LUA_VERSION_NUM >= 504
+#define kf_newuserdata_uv(L, sz) lua_newuserdatauv(L, (sz), 1)
+#define kf_getuv(L, i) ((void)lua_getiuservalue(L, (i), 1))
+#define kf_setuv(L, i) ((void)lua_setiuservalue(L, (i), 1))
+#elif LUA_VERSION_NUM == 503
+#define kf_newuserdata_uv(L, sz) lua_newuserdata(L, (sz))
+#define kf_getuv(L, i) ((void)lua_getuservalue(L, (i)))
+#define kf_setuv(L, i) lua_setuservalue(L, (i))
+#else
+#define kf_newuserdata_uv(L, sz) lua_newuserdata(L, (sz))
+#define kf_getuv(L, i) lua_getfenv(L, (i))
+#define kf_setuv(L, i) ((void)lua_setfenv(L, (i)))
+#endif
+
 #if LUA_VERSION_NUM >= 503
 static inline void kf_pushi64(lua_State *L, int64_t v) { lua_pushinteger(L, (lua_Integer)v); }
 /* Reads an int64 at idx: 1 on success, 0 when it is not an integral number. */

@@ -6,7 +6,8 @@
  *                  structures, introspection;
  *   lua_records.c  the builder userdata, headers, row and column record
  *                  decoders;
- *   lua_crypto.c   the SASL primitives.
+ *   lua_crypto.c   the SASL primitives;
+ *   lua_producer.c the producer's send() fast path (kafka.producer).
  * Error contract: misuse raises; bad or truncated bytes return nil,
  * message, code (kfl_fail).
  */
@@ -68,6 +69,28 @@ int kfl_is_records(lua_State *L, int idx);
 int kfl_encode_records_value(lua_State *L, int idx, int magic, box *bx, kf_writer *out, kf_err *e);
 /* Sets the records functions into the table on top; makes the builder's metatable. */
 void kfl_open_records(lua_State *L);
+
+/* The builder userdata (proto.batch). */
+#define KFL_BATCH_MT "kafka.core.batch"
+typedef struct lbatch {
+  kf_batch b;
+  kf_writer out;
+  kf_batch_opts stamp; /* the options a request encodes it with (b:stamp) */
+  int live;
+  /* the producer's accounting (b:add): its size estimate of what was
+   * added, the limit b:add stops at, and the message ids as runs */
+  int64_t acc, limit;
+  int64_t *runs;       /* first, count, first, count, ... */
+  size_t nruns, capruns; /* int64 slots used, allocated */
+} lbatch;
+/* Appends a message to lb with the producer's accounting: 1 added, 0 full
+ * (nothing added), -1 bad data (e set). Stack indices of value, key,
+ * headers, timestamp (0: absent). Raises on misuse. */
+int kfl_batch_add(lua_State *L, lbatch *lb, int vi, int ki, int hi, int ti, int64_t id, int64_t size, kf_err *e);
+
+/* lua_producer.c: sets producer_add into the table on top (after
+ * kfl_open_records: it needs the builder's metatable). */
+void kfl_open_producer(lua_State *L);
 
 /* lua_schema.c: sets the schema functions into the table on top. */
 void kfl_open_schema(lua_State *L);

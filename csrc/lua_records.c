@@ -13,7 +13,7 @@
 #include "lua_glue.h"
 #include "records.h"
 
-#define BATCH_MT "kafka.core.batch"
+#define BATCH_MT KFL_BATCH_MT
 
 /* --------------------------------------------------------------- headers */
 
@@ -172,18 +172,6 @@ static int encode_messages(lua_State *L, int idx, int magic, box *bx, kf_writer 
 
 /* ---------------------------------------------------- the batch builder */
 
-typedef struct lbatch {
-  kf_batch b;
-  kf_writer out;
-  kf_batch_opts stamp; /* the options a request encodes it with (b:stamp) */
-  int live;
-  /* the producer's accounting (b:add): its size estimate of what was
-   * added, the limit b:add stops at, and the message ids as runs */
-  int64_t acc, limit;
-  int64_t *runs;       /* first, count, first, count, ... */
-  size_t nruns, capruns; /* int64 slots used, allocated */
-} lbatch;
-
 /* The builder at argument 1. The methods carry the metatable as upvalue 1,
  * so the check is a pointer comparison, not a registry lookup by name. */
 static lbatch *check_batch(lua_State *L) {
@@ -234,22 +222,13 @@ static int l_batch_append(lua_State *L) {
   return 1;
 }
 
-/* b:add(value, key, headers, timestamp, id, size) -> true | false (the
- * batch has records and size would take its accounting past the limit:
- * nothing added) | nil, err, code. The producer's append and accounting
- * in one call: size is the caller's estimate of the message, id its
- * message id (kept as runs of consecutive ids). Raises on misuse. */
-static int l_batch_add(lua_State *L) {
-  lbatch *lb = check_batch(L);
-  kf_err e = {0, {0}};
-  int64_t id = 0, size = 0;
-  lua_settop(L, 7);
-  if (!kf_toi64(L, 6, &id)) luaL_argerror(L, 6, "message id must be an integer");
-  if (!kf_toi64(L, 7, &size) || size < 0) luaL_argerror(L, 7, "size must be an integer >= 0");
-  if (lb->limit > 0 && lb->b.count > 0 && size > lb->limit - lb->acc) {
-    lua_pushboolean(L, 0);
-    return 1;
-  }
+/* The producer's append and accounting (b:add, and the send() fast path
+ * of lua_producer.c): 1 added, 0 full (the batch has records and size
+ * would take its accounting past the limit: nothing added), -1 bad data
+ * (e set). The value, key, headers and timestamp are at the stack indices
+ * given (0: absent). Raises on misuse and out of memory. */
+int kfl_batch_add(lua_State *L, lbatch *lb, int vi, int ki, int hi, int ti, int64_t id, int64_t size, kf_err *e) {
+  if (lb->limit > 0 && lb->b.count > 0 && size > lb->limit - lb->acc) return 0;
   /* room for a new run first: nothing changes when this raises */
   if (lb->nruns + 2 > lb->capruns) {
     size_t cap = lb->capruns ? lb->capruns * 2 : 8;
@@ -258,7 +237,7 @@ static int l_batch_add(lua_State *L) {
     lb->runs = r;
     lb->capruns = cap;
   }
-  if (batch_add(L, &lb->b, 2, 3, 4, 5, &e)) return kfl_fail(L, &e);
+  if (batch_add(L, &lb->b, vi, ki, hi, ti, e)) return -1;
   lb->acc += size;
   if (lb->nruns > 0 && lb->runs[lb->nruns - 2] + lb->runs[lb->nruns - 1] == id) {
     lb->runs[lb->nruns - 1]++;
@@ -266,7 +245,24 @@ static int l_batch_add(lua_State *L) {
     lb->runs[lb->nruns++] = id;
     lb->runs[lb->nruns++] = 1;
   }
-  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* b:add(value, key, headers, timestamp, id, size) -> true | false (full:
+ * nothing added) | nil, err, code (see kfl_batch_add): size is the
+ * caller's estimate of the message, id its message id (kept as runs of
+ * consecutive ids). Raises on misuse. */
+static int l_batch_add(lua_State *L) {
+  lbatch *lb = check_batch(L);
+  kf_err e = {0, {0}};
+  int64_t id = 0, size = 0;
+  int rc;
+  lua_settop(L, 7);
+  if (!kf_toi64(L, 6, &id)) luaL_argerror(L, 6, "message id must be an integer");
+  if (!kf_toi64(L, 7, &size) || size < 0) luaL_argerror(L, 7, "size must be an integer >= 0");
+  rc = kfl_batch_add(L, lb, 2, 3, 4, 5, id, size, &e);
+  if (rc < 0) return kfl_fail(L, &e);
+  lua_pushboolean(L, rc);
   return 1;
 }
 

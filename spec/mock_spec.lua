@@ -598,6 +598,53 @@ describe("kafka.mock in-process", function()
       assert.are.equal(0, #cluster:records("stuck", 2))
     end)
 
+    -- send()'s common case runs in C (csrc/lua_producer.c), every other case
+    -- in producer.lua: the same sends through both must come out the same
+    it("send() in C and send() in Lua: the same ids, partitions, records and reports", function()
+      local long = ("a-topic-name-longer-than-forty-bytes-"):rep(2) -- (not interned by Lua)
+      local function run(on)
+        kafka.producer._fast_send(on)
+        local cluster = mock.new { brokers = 2, topics = { fa = 5, [long] = 3 } }
+        local client = new_client(cluster)
+        local p = kafka.producer.new(client, { batch_size = 2000, max_buffered = 300, linger_ms = 1e9 })
+        p.rng = function(lo) return lo end -- the sticky partitions' start: the same in both runs
+        local ids = {}
+        for i = 1, 1500 do
+          local topic, value, o = i % 7 == 0 and long or "fa", i % 11 ~= 0 and ("v" .. i) or nil, nil
+          local kind = i % 5
+          if kind == 1 then o = { key = "k" .. i % 13 }
+          elseif kind == 2 then o = { partition = i % 3 }
+          elseif kind == 3 then o = { timestamp = 1700000000000 + i, key = i % 2 == 0 and "" or nil }
+          elseif kind == 4 and i % 3 == 0 then o = { headers = { h = "x" .. i } } end
+          ids[i] = assert(p:send(topic, value, o))
+        end
+        local reports, failed, delivered = p:flush()
+        local out = { ids = ids, failed = failed, delivered = delivered, reports = {}, records = {} }
+        for _, r in ipairs(reports) do
+          out.reports[#out.reports + 1] = { r.id, r.topic, r.partition, r.offset, r.err }
+        end
+        for topic, n in pairs { fa = 5, [long] = 3 } do
+          for part = 0, n - 1 do
+            for _, m in ipairs(cluster:records(topic, part)) do
+              -- (a timestamp not given is the clock's: it differs between runs)
+              local ts = m.timestamp >= 1700000000000 and m.timestamp < 1700000002000 and m.timestamp or "now"
+              local h = m.headers and m.headers[1] and (m.headers[1].key .. "=" .. m.headers[1].value) or nil
+              out.records[#out.records + 1] = { topic, part, m.offset, m.key, m.value, ts, h }
+            end
+          end
+        end
+        return out, p:stats().fast_sends
+      end
+      finally(function() kafka.producer._fast_send(true) end)
+      local in_c, fast = run(true)
+      local in_lua, none = run(false)
+      assert.are.equal(0, none)
+      assert.is_true(fast > 1000, fast .. " sends in C")
+      assert.are.equal(1500, in_c.delivered)
+      assert.are.equal(1500, #in_c.records)
+      assert.are.same(in_lua, in_c)
+    end)
+
     it("a full buffer flushes inside send: the broker has the first max_buffered messages before flush()", function()
       local cluster = mock.new { brokers = 1, topics = { full = 1 } }
       local client = new_client(cluster)
@@ -618,6 +665,26 @@ describe("kafka.mock in-process", function()
         assert.are.equal(i, r.id)
         assert.are.equal(i - 1, r.offset)
       end
+    end)
+
+    it("a full buffer waits for room, not for every answer: a failing partition does not stall the others", function()
+      local cluster = mock.new { brokers = 1, topics = { room = 2 } }
+      local client = new_client(cluster)
+      -- partition 1's writes fail (retriable) until the faults are cleared
+      cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 1000000, "room", 1)
+      local p = kafka.producer.new(client, { max_buffered = 10, linger_ms = 1e9, retry_backoff_ms = 5,
+        retry_backoff_max_ms = 5, delivery_timeout_ms = 3000 })
+      for i = 1, 10 do assert.are.equal(i, p:send("room", "v" .. i, { partition = i % 2 })) end
+      assert.are.equal(11, p:send("room", "v11", { partition = 0 })) -- full: waits until partition 0's answer
+      assert.are.equal(6, (p:buffered()))                            -- partition 1's 5, and the 11th
+      assert.are.equal(5, #cluster:records("room", 0))
+      assert.are.equal(0, #cluster:records("room", 1))
+      cluster:clear_faults()
+      local reports, failed = p:flush()
+      assert.are.equal(0, failed)
+      assert.are.equal(11, #reports)
+      assert.are.equal(6, #cluster:records("room", 0))
+      assert.are.equal(5, #cluster:records("room", 1))
     end)
 
     it("a seek drops what earlier fetches left pending: every partition restarts exactly there", function()

@@ -75,6 +75,30 @@ local WHERE = "kafka.producer.new"
 -- the builder's add (append and accounting in one call) and account,
 -- called directly (no method lookup per message)
 local batch_add, batch_account
+-- The accumulator (csrc/lua_producer.c): the message counters (ids, and
+-- messages and bytes buffered), a mirror of each topic's partition count,
+-- sticky choice and open batches, and send()'s common case in one C call
+-- (an append to the chosen partition's open batch, or nothing and send()
+-- goes its own way). Its methods are called as locals.
+local core = require "kafka.core"
+local acc_send, acc_counts, acc_take, acc_release, acc_topic, acc_sticky, acc_open
+do
+  local m = getmetatable(core.accumulator { partitioner = "murmur2_random" }).__index
+  acc_send, acc_counts, acc_take, acc_release = m.send, m.counts, m.take, m.release
+  acc_topic, acc_sticky, acc_open = m.topic, m.sticky, m.open
+end
+local fast = true
+-- _fast_send(false): send() never takes the C path (specs compare the two)
+function _M._fast_send(on) fast = on end
+local function nbuf_of(p)
+  local _, n = acc_counts(p.acc)
+  return n
+end
+local function nbytes_of(p)
+  local _, _, n = acc_counts(p.acc)
+  return n
+end
+local function seq_of(p) return (acc_counts(p.acc)) end
 do
   local b = proto.batch()
   batch_add, batch_account = b.add, b.account
@@ -155,10 +179,7 @@ function _M.new(client_or_opts, opts)
     -- decided from the broker's Produce version on first use
     magic = check.oneof(WHERE, "magic", opts.magic, nil, { 0, 1, 2 }),
     topics = {},        -- topic name -> its object (see _topic): partition count, sticky choice, partitions
-    nbuf = 0,
-    nbytes = 0,
     first_time = nil,
-    seq = 0,
     reports = {},
     only_errors = check.oneof(WHERE, "delivery_reports", opts.delivery_reports, "all", { "all", "errors" })
       == "errors",
@@ -172,6 +193,11 @@ function _M.new(client_or_opts, opts)
     exit_flush_timeout_ms = int(WHERE, "exit_flush_timeout_ms", opts.exit_flush_timeout_ms, 5000, 0),
     sender_state = bg and "stopped" or "sync",
   }, mt)
+  -- the counters, and send()'s path in C (sync mode)
+  p.acc = core.accumulator { max_message_bytes = p.max_message_bytes, max_buffered = p.max_buffered,
+    max_buffered_bytes = p.max_buffered_bytes,
+    partitioner = type(partitioner) == "function" and "function" or partitioner }
+  p.fast = not bg and p.acc or nil
   if idem_mode == "off" then p.idempotent = false end
   if bg then p:_bg_init(client) end
   return p
@@ -212,6 +238,7 @@ function _M:_partition(t, key, n)
     local last = t.last_sticky
     s = last and (last + 1) % n or self.rng(0, n - 1)
     t.sticky, t.last_sticky = s, s
+    acc_sticky(self.acc, t.name, s)
   end
   return s
 end
@@ -260,10 +287,13 @@ local function sync(batch)
 end
 
 -- Seals the open batch of tp: it takes no more messages.
-local function seal(tp, batch)
+local function seal(acc, tp, batch)
   sync(batch)
   batch.state = "sealed"
-  if tp.open == batch then tp.open = nil end
+  if tp.open == batch then
+    tp.open = nil
+    acc_open(acc, tp.topic, tp.partition, nil)
+  end
 end
 
 local function header_bytes(h)
@@ -281,6 +311,12 @@ end
 -- "unknown_partition", "retriable", ...). Raises on wrong argument types.
 function _M:send(topic, value, o)
   local tst = self.txn_state
+  -- the common case in C (a linger round under way, sync mode)
+  local f = self.fast
+  if f and fast and self.first_time and (not tst or tst == "in_transaction") then
+    local id = acc_send(f, topic, value, o)
+    if id then return id end
+  end
   if tst and tst ~= "in_transaction" then
     local e = self.txn_error
     if e then return nil, e.err, e.code, e.kcode end
@@ -304,19 +340,20 @@ function _M:send(topic, value, o)
     return nil, ("message of %d bytes exceeds max_message_bytes (%d)"):format(size, self.max_message_bytes), "too_large"
   end
   if self.bg then return self:_bg_send(topic, value, key, partition, headers, ts, size) end
-  local nbuf = self.nbuf
+  local acc = self.acc
+  local seq0, nbuf, nbytes = acc_counts(acc)
   if nbuf > 0 then
-    if nbuf >= self.max_buffered or self.nbytes + size > self.max_buffered_bytes then
+    if nbuf >= self.max_buffered or nbytes + size > self.max_buffered_bytes then
       if not self.flush_on_full then
-        return nil, ("producer buffer full (%d messages, %d bytes): flush() first"):format(nbuf, self.nbytes),
+        return nil, ("producer buffer full (%d messages, %d bytes): flush() first"):format(nbuf, nbytes),
           "buffer_full"
       end
-      self:_flush()
+      self:_flush(nil, size)
     elseif nbuf % 64 == 0 and self.first_time and self.client.now() - self.first_time >= self.linger_ms then
       -- the clock is read every 64 messages: linger is not worth a syscall each
       self:_kick()
     end
-    nbuf = self.nbuf
+    seq0 = acc_counts(acc)
   end
   local magic = self.magic
   local err, code
@@ -327,11 +364,12 @@ function _M:send(topic, value, o)
   -- the partition count, asked of the client at most once every 4096 sends
   local t = self.topics[topic]
   local n = t and t.n
-  if not n or self.seq >= t.ptime then
+  if not n or seq0 >= t.ptime then
     n, err, code = self.client:partitions(topic)
     if not n then return nil, err, code end
     t = t or self:_topic(topic)
-    t.n, t.ptime = n, self.seq + 4096
+    t.n, t.ptime = n, seq0 + 4096
+    acc_topic(acc, topic, n, t.ptime)
   end
   local explicit = partition ~= nil
   if not explicit then
@@ -340,21 +378,10 @@ function _M:send(topic, value, o)
   elseif partition >= n then
     return nil, ("topic %s has no partition %d (it has %d)"):format(topic, partition, n), "unknown_partition"
   end
-  local seq = self.seq + 1
-  -- the common case inline: the partition's open batch takes it (false: full)
-  local tp = t.parts[partition]
-  local batch = tp and tp.open
-  local ok, aerr, acode
-  if batch then ok, aerr = batch_add(batch.b, value, key, headers, ts, seq, size) end
-  if not ok then
-    if ok == nil and batch then return nil, aerr, "invalid" end
-    if batch then seal(tp, batch) end -- full: _append starts the next one without asking it again
-    ok, aerr, acode = self:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
-    if not ok then return nil, aerr, acode end
-  end
-  self.seq = seq
-  self.nbuf = nbuf + 1
-  self.nbytes = self.nbytes + size
+  local seq = seq0 + 1
+  local ok, aerr, acode = self:_append(t, partition, explicit, value, key, headers, ts, size, seq, magic)
+  if not ok then return nil, aerr, acode end
+  acc_take(acc, size) -- (seq)
   if not self.first_time then self.first_time = self.client.now() end
   return seq
 end
@@ -369,12 +396,15 @@ function _M:_append(t, partition, explicit, value, key, headers, ts, size, seq, 
     local ok, berr = batch_add(batch.b, value, key, headers, ts, seq, size)
     if ok then return true, nil, nil, false end
     if ok == nil then return nil, berr, "invalid" end
-    seal(tp, batch) -- full
+    seal(self.acc, tp, batch) -- full
   end
   local q = tp.queue
   -- a full batch ends the sticky choice: the next unkeyed message goes
   -- to a partition picked anew
-  if q[1] and key == nil and not explicit then t.sticky = nil end
+  if q[1] and key == nil and not explicit then
+    t.sticky = nil
+    acc_sticky(self.acc, t.name, nil)
+  end
   if self.codec == "zstd" and magic < 2 then
     return nil, "zstd needs Produce v3+ (Kafka 0.11+); this cluster speaks magic " .. magic, "unsupported"
   end
@@ -389,6 +419,7 @@ function _M:_append(t, partition, explicit, value, key, headers, ts, size, seq, 
   end
   q[#q + 1] = batch
   tp.open = batch
+  acc_open(self.acc, t.name, partition, batch.b)
   return true, nil, nil, #q > 1
 end
 
@@ -432,8 +463,7 @@ function _M:_done(tp, batch, base_offset, err, code, kcode)
   batch.state = "done"
   local count = batch.count
   if not err then self.delivered = self.delivered + count else self.nfailed = self.nfailed + count end
-  self.nbuf = self.nbuf - count
-  self.nbytes = self.nbytes - batch.size
+  acc_release(self.acc, count, batch.size)
   if batch.b then batch.b:close() end
   if not err and self.only_errors and not self.on_delivery then return end -- counted, not reported
   local runs, i = batch.runs, 0
@@ -451,7 +481,7 @@ function _M:_done(tp, batch, base_offset, err, code, kcode)
 end
 
 -- Takes a batch out of its partition's queue.
-function _M._unqueue(_, tp, batch)
+function _M:_unqueue(tp, batch)
   local q = tp.queue
   for i = 1, #q do
     if q[i] == batch then
@@ -459,7 +489,10 @@ function _M._unqueue(_, tp, batch)
       break
     end
   end
-  if tp.open == batch then tp.open = nil end
+  if tp.open == batch then
+    tp.open = nil
+    acc_open(self.acc, tp.topic, tp.partition, nil)
+  end
 end
 
 -- Fails a batch of topic/partition (removed from its queue). With
@@ -756,7 +789,7 @@ function _M:_send_round(deadline, linger)
       -- sealed: later messages go to a new batch. The builder itself goes
       -- into the request (encoded straight into the frame, no string);
       -- a retry encodes the same bytes again (the same sequence too).
-      if batch.state == "open" then seal(it.tp, batch) end
+      if batch.state == "open" then seal(self.acc, it.tp, batch) end
       if self.idempotent and not batch.seq then self:_stamp(it.tp, batch) end
       -- requests stay under max_request_bytes (at least one batch each):
       -- smaller frames recycle memory instead of faulting in fresh pages
@@ -964,6 +997,7 @@ function _M:_retry(tp, batch, err, code, kcode)
   if self.idempotent then tp.drain = true end
   self.client:invalidate(tp.topic)
   self.topics[tp.topic].n = nil
+  acc_topic(self.acc, tp.topic, nil)
   local now = self.client.now()
   batch.last_err, batch.last_code, batch.last_kcode = err, code, kcode
   if code == "backoff" then
@@ -1002,13 +1036,23 @@ function _M:_next_due()
   return t
 end
 
-function _M:_flush(timeout_ms)
+-- Everything buffered to the brokers, until it is settled or timeout_ms has
+-- passed. With room (a message's accounted size: send() on a full buffer)
+-- it returns as soon as that message fits: the answers of the oldest
+-- requests make room while the newer ones are still in flight, so the
+-- producer does not stall until the whole buffer is acknowledged.
+function _M:_flush(timeout_ms, room)
   local client = self.client
   local deadline = timeout_ms and client.now() + timeout_ms or math.huge
-  while self.nbuf > 0 do
+  local acc, max_n, max_bytes = self.acc, self.max_buffered, self.max_buffered_bytes
+  local function done()
+    local _, n, bytes = acc_counts(acc)
+    return n == 0 or (room and n < max_n and bytes + room <= max_bytes)
+  end
+  while not done() do
     self:_send_round(deadline)
     self:_collect(client.now()) -- every answer already there
-    if self.nbuf == 0 then break end
+    if done() then break end
     local t = client.now()
     if t >= deadline then break end
     local wake = math.min(deadline, self:_next_due())
@@ -1022,7 +1066,11 @@ function _M:_flush(timeout_ms)
       client.sleep(math.ceil(wake - t))
     end
   end
-  if self.nbuf > 0 then
+  if room then
+    self.first_time = nil -- (what was open went out: as after _kick)
+    return
+  end
+  if nbuf_of(self) > 0 then
     -- the deadline passed: answers in flight are given up, the rest was not sent
     self:_abandon()
     for _, t in pairs(self.topics) do
@@ -1040,8 +1088,9 @@ end
 -- used any more cost a send round nothing (an idempotent producer keeps
 -- those whose sequence numbers have moved: the broker expects the next one).
 function _M:_prune()
-  for _, t in pairs(self.topics) do
+  for name, t in pairs(self.topics) do
     t.sticky = nil
+    acc_sticky(self.acc, name, nil)
     local keep, dropped = {}, false
     for _, tp in ipairs(t.order) do
       if tp.queue[1] or tp.next_seq ~= 0 then
@@ -1572,7 +1621,8 @@ end
 
 -- buffered() -> messages, bytes waiting to be sent
 function _M:buffered()
-  return self.nbuf, self.nbytes
+  local _, nbuf, nbytes = acc_counts(self.acc)
+  return nbuf, nbytes
 end
 
 function _M:close(timeout_ms)
@@ -1597,10 +1647,11 @@ end
 -- stats() -> {state, buffered, bytes, in_flight, background, transport, restarts, reports_dropped,
 -- transaction_version (1 or 2 once init_transactions() succeeded, else nil)}
 function _M:stats()
-  return { state = self.sender_state, buffered = self.nbuf, bytes = self.nbytes, in_flight = #self.in_flight,
+  return { state = self.sender_state, buffered = nbuf_of(self), bytes = nbytes_of(self), in_flight = #self.in_flight,
     background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
     reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version,
-    previous_transaction = self.txn_settled, settle_waits = self.settle_waits or 0 }
+    previous_transaction = self.txn_settled, settle_waits = self.settle_waits or 0,
+    fast_sends = select(4, acc_counts(self.acc)) }
 end
 
 -- partition_states() -> {{topic=, partition=, next_seq=, batches =
@@ -1697,12 +1748,12 @@ function _M:_bg_send(topic, value, key, partition, headers, ts, size)
     local ok, err = self:_bg_start()
     if not ok then return nil, err, "closed" end
   end
-  local nbuf = self.nbuf
-  if nbuf >= self.max_buffered or self.nbytes + size > self.max_buffered_bytes then
-    return nil, ("producer buffer full (%d messages, %d bytes): the sender is behind"):format(nbuf, self.nbytes),
+  local seq0, nbuf, nbytes = acc_counts(self.acc)
+  if nbuf >= self.max_buffered or nbytes + size > self.max_buffered_bytes then
+    return nil, ("producer buffer full (%d messages, %d bytes): the sender is behind"):format(nbuf, nbytes),
       "buffer_full"
   end
-  local seq = self.seq + 1
+  local seq = seq0 + 1
   local t, magic = self.topics[topic], self.magic
   local n = t and t.n
   local pq = self.pending[topic]
@@ -1728,17 +1779,14 @@ function _M:_bg_send(topic, value, key, partition, headers, ts, size)
       id = seq, time = self.client.now() }
     wake = true
   end
-  self.seq = seq
-  self.nbuf = nbuf + 1
-  self.nbytes = self.nbytes + size
+  acc_take(self.acc, size) -- (seq)
   if wake then self:_bg_wake() end
   return seq
 end
 
 -- One message that never reached a batch fails.
 function _M:_bg_fail_pending(topic, e, err, code)
-  self.nbuf = self.nbuf - 1
-  self.nbytes = self.nbytes - e.size
+  acc_release(self.acc, 1, e.size)
   self.nfailed = self.nfailed + 1
   self:_report { id = e.id, topic = topic, partition = e.partition, err = err, code = code }
 end
@@ -1831,7 +1879,7 @@ end
 function _M:_bg_notify()
   local waiters = self.waiters
   if not waiters[1] then return end
-  local m = self.nbuf == 0 and math.huge or self:_bg_min_outstanding()
+  local m = nbuf_of(self) == 0 and math.huge or self:_bg_min_outstanding()
   local i = 1
   while waiters[i] do
     local w = waiters[i]
@@ -1847,7 +1895,7 @@ end
 
 -- At the exit deadline: everything not delivered is reported failed.
 function _M:_bg_give_up(why)
-  local n = self.nbuf
+  local n = nbuf_of(self)
   self:_abandon(why)
   for _, t in pairs(self.topics) do
     for _, tp in ipairs(t.order) do
@@ -1870,14 +1918,14 @@ function _M:_bg_loop()
     if not drain_until and (exiting() or self.closing) then
       drain_until = now + (self.closing and self.close_timeout or self.exit_flush_timeout_ms)
       self.sender_state = "draining"
-      self.drain_n = self.nbuf
+      self.drain_n = nbuf_of(self)
       if not self.closing then
         ngx.log(ngx.NOTICE, ("kafka producer: worker exiting, sending %d buffered messages (exit_flush_timeout_ms %d)")
-          :format(self.nbuf, self.exit_flush_timeout_ms))
+          :format(nbuf_of(self), self.exit_flush_timeout_ms))
       end
     end
     if next(self.pending) or next(self.topics) then self:_bg_partition(now) end
-    if self.nbuf == 0 then
+    if nbuf_of(self) == 0 then
       self:_bg_notify()
       if drain_until then break end
       if self.sender_state ~= "idle" then self.idle_since = now end
@@ -1896,7 +1944,7 @@ function _M:_bg_loop()
       if settled then wake = 0 end
       self:_bg_notify()
       now = client.now()
-      if drain_until and now >= drain_until and self.nbuf > 0 then
+      if drain_until and now >= drain_until and nbuf_of(self) > 0 then
         local why = self.closing and "close() timed out" or
           ("worker exiting: exit_flush_timeout_ms (%d) expired"):format(self.exit_flush_timeout_ms)
         local n = self:_bg_give_up(why)
@@ -1904,7 +1952,7 @@ function _M:_bg_loop()
         self:_bg_notify()
         break
       end
-      if self.nbuf > 0 then
+      if nbuf_of(self) > 0 then
         if next(self.pending) then wake = math.min(wake, now + self.retry_backoff_ms) end
         if drain_until and drain_until < wake then wake = drain_until end
         if wake <= now then
@@ -1949,7 +1997,7 @@ bg_timer = function(premature, self)
     for _, it in ipairs(s.req.items) do it.batch.state = "sealed" end
   end
   self.in_flight = {}
-  if self.nbuf > 0 or self.waiters[1] then self:_bg_start(exiting() and 0 or 1) end
+  if nbuf_of(self) > 0 or self.waiters[1] then self:_bg_start(exiting() and 0 or 1) end
 end
 
 -- Where flush() may wait: not in phases that cannot yield.
@@ -1968,7 +2016,7 @@ end
 -- true | false.
 function _M:_bg_wait(target, timeout_ms)
   local deadline = timeout_ms and self.client.now() + timeout_ms or math.huge
-  if self.nbuf == 0 or self:_bg_min_outstanding() > target then return true end
+  if nbuf_of(self) == 0 or self:_bg_min_outstanding() > target then return true end
   if not self.running then self:_bg_start() end
   local w = { target = target, sema = semaphore.new() }
   self.waiters[#self.waiters + 1] = w
@@ -1977,7 +2025,7 @@ function _M:_bg_wait(target, timeout_ms)
     local left = deadline - self.client.now()
     if left <= 0 then break end
     w.sema:wait(math.min(left, IDLE_S * 1000) / 1000)
-    if not w.done and (self.nbuf == 0 or self:_bg_min_outstanding() > target) then w.done = true end
+    if not w.done and (nbuf_of(self) == 0 or self:_bg_min_outstanding() > target) then w.done = true end
   end
   for i, x in ipairs(self.waiters) do
     if x == w then
@@ -1992,13 +2040,13 @@ end
 -- still_buffered (nil when everything sent before the call is settled).
 function _M:_bg_flush(timeout_ms)
   self:_bg_check_wait("flush")
-  local done = self:_bg_wait(self.seq, timeout_ms)
+  local done = self:_bg_wait(seq_of(self), timeout_ms)
   local reports = self.reports
   self.reports = {}
   table.sort(reports, function(a, b) return a.id < b.id end)
   local failed, delivered, cb_errors = self.nfailed, self.delivered, self.callback_errors
   self.nfailed, self.delivered, self.callback_errors = 0, 0, 0
-  return reports, failed, delivered, cb_errors, (not done) and self.nbuf or nil
+  return reports, failed, delivered, cb_errors, (not done) and nbuf_of(self) or nil
 end
 
 function _M:_bg_send_sync(id)
@@ -2030,7 +2078,7 @@ function _M:_bg_close(timeout_ms)
     self.closing, self.close_timeout = true, timeout_ms or self.delivery_timeout_ms
     self:_bg_wake()
     while self.running do
-      local w = { target = self.seq, sema = semaphore.new() }
+      local w = { target = seq_of(self), sema = semaphore.new() }
       self.waiters[#self.waiters + 1] = w
       w.sema:wait(0.05)
       for i, x in ipairs(self.waiters) do
@@ -2059,12 +2107,12 @@ local EXIT_STOP_MS = 800
 -- drained already and nothing is left.
 function _M.exit_worker()
   for p in pairs(live) do
-    if p.nbuf > 0 then p:_exit_drain() end
+    if nbuf_of(p) > 0 then p:_exit_drain() end
   end
 end
 
 function _M:_exit_drain()
-  local n = self.nbuf
+  local n = nbuf_of(self)
   ngx.log(ngx.WARN, ("kafka producer: worker stopped with %d messages buffered: sending them (blocking, luasocket, "
     .. "exit_flush_timeout_ms %d)"):format(n, self.exit_flush_timeout_ms))
   self.bg = false
@@ -2087,10 +2135,10 @@ function _M:_exit_drain()
     -- without idempotence: InitProducerId would cost a round trip of the
     -- second nginx allows (at least once, as documented for a fast stop)
     if self.idempotent == nil and not self.transactional_id then self.idempotent = false end
-    if self.nbuf > 0 then self:_flush(math.max(0, math.floor(deadline - self.client.now()))) end
+    if nbuf_of(self) > 0 then self:_flush(math.max(0, math.floor(deadline - self.client.now()))) end
     self.client:close()
   end
-  local left = self.nbuf
+  local left = nbuf_of(self)
   if left > 0 then self:_bg_give_up("worker stopped") end
   if self.nfailed > 0 or left > 0 then
     ngx.log(ngx.ERR, ("kafka producer: worker stopped: %d of %d buffered messages not delivered, reported failed")
