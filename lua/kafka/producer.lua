@@ -193,11 +193,11 @@ function _M.new(client_or_opts, opts)
     exit_flush_timeout_ms = int(WHERE, "exit_flush_timeout_ms", opts.exit_flush_timeout_ms, 5000, 0),
     sender_state = bg and "stopped" or "sync",
   }, mt)
-  -- the counters, and send()'s path in C (sync mode)
+  -- the counters, and send()'s path in C
   p.acc = core.accumulator { max_message_bytes = p.max_message_bytes, max_buffered = p.max_buffered,
     max_buffered_bytes = p.max_buffered_bytes,
     partitioner = type(partitioner) == "function" and "function" or partitioner }
-  p.fast = not bg and p.acc or nil
+  p.fast = p.acc
   if idem_mode == "off" then p.idempotent = false end
   if bg then p:_bg_init(client) end
   return p
@@ -311,9 +311,12 @@ end
 -- "unknown_partition", "retriable", ...). Raises on wrong argument types.
 function _M:send(topic, value, o)
   local tst = self.txn_state
-  -- the common case in C (a linger round under way, sync mode)
+  -- the common case in C: in sync mode once a linger round is under way;
+  -- in background mode while the sender runs, awake, and no message of the
+  -- topic waits for its partition count (_bg_send's conditions)
   local f = self.fast
-  if f and fast and self.first_time and (not tst or tst == "in_transaction") then
+  if f and fast and (not tst or tst == "in_transaction") and (self.first_time or (self.bg and self.running
+      and self.sender_state ~= "idle" and not self.pending[topic])) then
     local id = acc_send(f, topic, value, o)
     if id then return id end
   end
@@ -1679,6 +1682,7 @@ end
 -- Background mode (nginx): one sender timer per producer per worker.
 
 local PCOUNT_MS = 10000 -- the sender re-reads cached partition counts this often
+local BG_PTIME = 2 ^ 53 -- so the accumulator's send() never asks them itself
 local IDLE_S = 1        -- an idle sender looks at the worker's state this often
 local IDLE_EXIT_MS = 30000 -- and ends after this long idle (the next send starts it again)
 local SLICE_MS = 20     -- waiting on answers, the sender looks at new work this often
@@ -1817,6 +1821,7 @@ function _M:_bg_partition(now)
     if n then
       local t = self:_topic(topic)
       t.n, t.ptime = n, now + PCOUNT_MS
+      acc_topic(self.acc, topic, n, BG_PTIME) -- (the sender refreshes counts, not send())
       -- no yield from here to the end of the list: sends see the count
       -- only once the waiting messages are in their batches (key order)
       self.pending[topic] = nil
@@ -1853,7 +1858,10 @@ function _M:_bg_partition(now)
   end
   for _, t in ipairs(stale) do
     local n = self.client:partitions(t.name) -- (may yield)
-    if n then t.n = n end
+    if n then
+      t.n = n
+      acc_topic(self.acc, t.name, n, BG_PTIME)
+    end
     t.ptime = self.client.now() + PCOUNT_MS
   end
   return not waiting
