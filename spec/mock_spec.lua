@@ -880,6 +880,41 @@ describe("kafka.mock in-process", function()
       assert.are.equal(5, c:position("bad", 0))
     end)
 
+    it("records whose framing is broken are reported corrupt by every poll, not dropped silently", function()
+      local cluster = mock.new { brokers = 1, topics = { frame = 1 } }
+      local client = new_client(cluster)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      for i = 1, 5 do assert(p:send("frame", "a" .. i)) end
+      assert.are.equal(0, select(2, p:flush())) -- batch 0-4
+      for i = 1, 5 do assert(p:send("frame", "b" .. i)) end
+      assert.are.equal(0, select(2, p:flush())) -- batch 5-9
+      -- the second stored batch's length field (after its base offset) becomes -1
+      local e = cluster.topics.frame.partitions[0].log.entries[2]
+      e.bytes = e.bytes:sub(1, 8) .. "\255\255\255\255" .. e.bytes:sub(13)
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "frame", partition = 0, offset = 0 } })
+      local got, errs = 0, 0
+      for _ = 1, 4 do
+        local msgs, err, code = c:poll(10)
+        if msgs then
+          got = got + #msgs
+          for _, pe in ipairs(msgs.errors or {}) do
+            errs = errs + 1
+            assert.are.equal("corrupt", pe.code)
+            assert.matches("negative batch size %-1", pe.err)
+          end
+        else
+          errs = errs + 1
+          assert.are.equal("corrupt", code)
+          assert.matches("frame/0 at offset 0: corrupt records: negative batch size %-1", err)
+        end
+      end
+      -- nothing of a blob whose framing is broken is delivered, and the position stays
+      assert.are.equal(0, got)
+      assert.are.equal(4, errs)
+      assert.are.equal(0, c:position("frame", 0))
+    end)
+
     it("retriable fetch errors keep the position: no rewind, no skip", function()
       local cluster = mock.new { brokers = 1, topics = { keep = 2 } }
       local client = new_client(cluster)

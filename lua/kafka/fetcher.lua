@@ -186,9 +186,10 @@ function _M:_partition_result(st, pr, out)
   set.high_watermark = pr.high_watermark
   opts.into, opts.set, opts.min_offset = out, set, st.offset
   local before = #out
-  local _, info, code = proto.decode_records(raw, opts)
+  -- (nil, message, code: the framing is broken)
+  local res, info, code = proto.decode_records(raw, opts)
   opts.into, opts.set = nil, nil
-  if not info then
+  if not res then
     -- the records' framing is broken: nothing in them is delivered
     for i = #out, before + 1, -1 do out[i] = nil end
     return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(info)), code or "corrupt"
