@@ -1648,7 +1648,8 @@ function _M:transport()
 end
 
 -- stats() -> {state, buffered, bytes, in_flight, background, transport, restarts, reports_dropped,
--- transaction_version (1 or 2 once init_transactions() succeeded, else nil)}
+-- transaction_version (1 or 2 once init_transactions() succeeded, else nil), previous_transaction,
+-- settle_waits, fast_sends (sends that took the C path, csrc/lua_producer.c)}
 function _M:stats()
   return { state = self.sender_state, buffered = nbuf_of(self), bytes = nbytes_of(self), in_flight = #self.in_flight,
     background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
