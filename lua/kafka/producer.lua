@@ -197,7 +197,6 @@ function _M.new(client_or_opts, opts)
   p.acc = core.accumulator { max_message_bytes = p.max_message_bytes, max_buffered = p.max_buffered,
     max_buffered_bytes = p.max_buffered_bytes,
     partitioner = type(partitioner) == "function" and "function" or partitioner }
-  p.fast = p.acc
   if idem_mode == "off" then p.idempotent = false end
   if bg then p:_bg_init(client) end
   return p
@@ -314,10 +313,9 @@ function _M:send(topic, value, o)
   -- the common case in C: in sync mode once a linger round is under way;
   -- in background mode while the sender runs, awake, and no message of the
   -- topic waits for its partition count (_bg_send's conditions)
-  local f = self.fast
-  if f and fast and (not tst or tst == "in_transaction") and (self.first_time or (self.bg and self.running
+  if fast and (not tst or tst == "in_transaction") and (self.first_time or (self.bg and self.running
       and self.sender_state ~= "idle" and not self.pending[topic])) then
-    local id = acc_send(f, topic, value, o)
+    local id = acc_send(self.acc, topic, value, o)
     if id then return id end
   end
   if tst and tst ~= "in_transaction" then
