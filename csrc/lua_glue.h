@@ -7,7 +7,8 @@
  *   lua_records.c  the builder userdata, headers, row and column record
  *                  decoders;
  *   lua_crypto.c   the SASL primitives;
- *   lua_producer.c the producer's send() fast path (kafka.producer).
+ *   lua_producer.c the producer's accumulator: its counters and send()'s
+ *                  fast path (kafka.producer).
  * Error contract: misuse raises; bad or truncated bytes return nil,
  * message, code (kfl_fail).
  */
@@ -88,8 +89,9 @@ typedef struct lbatch {
  * headers, timestamp (0: absent). Raises on misuse. */
 int kfl_batch_add(lua_State *L, lbatch *lb, int vi, int ki, int hi, int ti, int64_t id, int64_t size, kf_err *e);
 
-/* lua_producer.c: sets producer_add into the table on top (after
- * kfl_open_records: it needs the builder's metatable). */
+/* lua_producer.c: sets accumulator (the producer's counters and send()'s
+ * fast path) into the table on top; after kfl_open_records (acc:open
+ * checks builders against their metatable). */
 void kfl_open_producer(lua_State *L);
 
 /* lua_schema.c: sets the schema functions into the table on top. */

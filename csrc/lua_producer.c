@@ -210,14 +210,19 @@ static int l_acc_open(lua_State *L) {
   return 0;
 }
 
-/* The open builder of partition part of t (at stack index ti), or NULL. */
-static lbatch *open_batch(lua_State *L, ktopic *t, int ti, int64_t part) {
+/* The open builder of partition part of t, the topic named by argument 2
+ * of acc:send, or NULL: the last one used is cached in t, others are read
+ * from t's anchors. */
+static lbatch *open_batch(lua_State *L, ktopic *t, int64_t part) {
   lbatch *lb;
   if (t->cpart == part) return t->clb;
-  kf_getuv(L, ti);
+  kf_getuv(L, 1);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, -2); /* t's userdata */
+  kf_getuv(L, -1);
   lua_rawgeti(L, -1, (int)part);
   lb = (lbatch *)lua_touserdata(L, -1); /* (only builders are anchored) */
-  lua_pop(L, 2);
+  lua_pop(L, 4);
   t->cpart = part;
   t->clb = lb;
   return lb;
@@ -289,14 +294,7 @@ static int l_acc_send(lua_State *L) {
     part = t->sticky;
   }
   /* its open batch takes the message */
-  if (t->cpart == part) {
-    lb = t->clb;
-  } else {
-    kf_getuv(L, 1);
-    lua_pushvalue(L, 2);
-    lua_rawget(L, -2);
-    lb = open_batch(L, t, lua_gettop(L), part);
-  }
+  lb = open_batch(L, t, part);
   if (!lb || !lb->live) return 0;
   rc = kfl_batch_add(L, lb, 3, ki, 0, ti, a->seq + 1, size, &e);
   if (rc != 1) return 0; /* full or refused: nothing added, send()'s path */
