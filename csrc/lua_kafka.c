@@ -141,7 +141,8 @@ static int l_compress(lua_State *L) {
   size_t n;
   const char *p = luaL_checklstring(L, 2, &n);
   int legacy = lua_toboolean(L, 3);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   box *bx = kfl_box_new(L);
   if (kf_compress(codec, (const uint8_t *)p, n, &bx->w, legacy, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
   lua_pushlstring(L, bx->w.len ? (const char *)bx->w.buf : "", bx->w.len);
@@ -153,7 +154,8 @@ static int l_decompress(lua_State *L) {
   size_t n;
   const char *p = luaL_checklstring(L, 2, &n);
   lua_Integer lim = luaL_optinteger(L, 3, KFL_DEFAULT_MAX_DECOMPRESSED);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   box *bx;
   if (lim < 0) luaL_argerror(L, 3, "limit must not be negative");
   bx = kfl_box_new(L);

@@ -237,7 +237,8 @@ static int l_acc_send(lua_State *L) {
   size_t vl = 0, kl = 0;
   int64_t size, part = -1;
   int ki = 0, ti = 0, rc;
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   a = (kacc *)lua_touserdata(L, 1);
   if (!a || !lua_getmetatable(L, 1) || !lua_rawequal(L, -1, lua_upvalueindex(U_ACC)))
     luaL_argerror(L, 1, "kafka.core.accumulator expected");

@@ -80,22 +80,28 @@ static int batch_add(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, 
   size_t vl = 0, kl = 0, hsize = 0;
   uint32_t nh = 0;
   int64_t ts = -1;
-  if (!lua_isnil(L, vi)) {
-    if (lua_type(L, vi) != LUA_TSTRING) luaL_error(L, "record value must be a string or nil");
+  int t = lua_type(L, vi); /* one type query per argument: each costs a call */
+  if (t == LUA_TSTRING) {
     val = lua_tolstring(L, vi, &vl);
+  } else if (t > LUA_TNIL) {
+    luaL_error(L, "record value must be a string or nil");
   }
-  if (ki && !lua_isnil(L, ki)) {
-    if (lua_type(L, ki) != LUA_TSTRING) luaL_error(L, "record key must be a string or nil");
+  t = ki ? lua_type(L, ki) : LUA_TNIL;
+  if (t == LUA_TSTRING) {
     key = lua_tolstring(L, ki, &kl);
+  } else if (t > LUA_TNIL) {
+    luaL_error(L, "record key must be a string or nil");
   }
-  if (ti && !lua_isnil(L, ti)) {
+  if (ti && lua_type(L, ti) > LUA_TNIL) {
     if (!kf_toi64(L, ti, &ts)) luaL_error(L, "record timestamp must be an integer (ms)");
   } else {
     ts = b->magic == 0 ? -1 : kf_now_ms();
   }
-  if (hi && !lua_isnil(L, hi)) {
-    if (lua_type(L, hi) != LUA_TTABLE) luaL_error(L, "record headers must be a table");
+  t = hi ? lua_type(L, hi) : LUA_TNIL;
+  if (t == LUA_TTABLE) {
     nh = headers_walk(L, hi, NULL, &hsize);
+  } else if (t > LUA_TNIL) {
+    luaL_error(L, "record headers must be a table");
   }
   if (kf_batch_record(b, ts, key, kl, val, vl, nh, hsize, e)) return -1;
   if (nh) headers_walk(L, hi, b, &hsize);
@@ -215,7 +221,8 @@ static int l_batch(lua_State *L) {
 /* b:append(value, key, headers, timestamp) -> count; raises on misuse. */
 static int l_batch_append(lua_State *L) {
   lbatch *lb = check_batch(L);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   lua_settop(L, 5);
   if (batch_add(L, &lb->b, 2, 3, 4, 5, &e)) return kfl_fail(L, &e);
   lua_pushinteger(L, lb->b.count);
@@ -254,7 +261,8 @@ int kfl_batch_add(lua_State *L, lbatch *lb, int vi, int ki, int hi, int ti, int6
  * consecutive ids). Raises on misuse. */
 static int l_batch_add(lua_State *L) {
   lbatch *lb = check_batch(L);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   int64_t id = 0, size = 0;
   int rc;
   lua_settop(L, 7);
@@ -300,7 +308,8 @@ static int l_batch_bytes(lua_State *L) {
 static int l_batch_encode(lua_State *L) {
   lbatch *lb = check_batch(L);
   kf_batch_opts o;
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   batch_opts(L, lua_isnoneornil(L, 2) ? 0 : 2, &o);
   lb->out.len = 0;
@@ -623,7 +632,8 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
 /* encode_records(messages [, opts]) -> bytes. opts override the fields of
  * the messages table (magic, compression, base_offset, producer_id, ...). */
 static int l_encode_records(lua_State *L) {
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   kf_batch_opts o;
   box *bx;
   int magic, codec, oi;
@@ -660,7 +670,8 @@ static int l_encode_records(lua_State *L) {
 static int l_decode_records(lua_State *L) {
   size_t n;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   kf_rec_opts ro;
   box *bx;
   kfl_rec_extra x = {0, 0, 0, 1, INT64_MIN, 0};
@@ -719,7 +730,8 @@ static int l_decode_records(lua_State *L) {
 static int l_records_end(lua_State *L) {
   size_t n, batches;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   int64_t next;
   if (kf_records_scan(p, n, &next, &batches, &e)) return kfl_fail(L, &e);
   if (batches == 0) return kfl_fail_msg(L, KF_EINCOMPLETE, "no complete record batch");
@@ -781,7 +793,8 @@ static int l_decode_columns(lua_State *L) {
   size_t n;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
   static const char *const cols[] = {"offset", "timestamp", "key", "value", "headers"};
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   kf_rec_visitor v;
   kf_rec_result res;
   kf_rec_opts ro;

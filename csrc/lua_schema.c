@@ -210,7 +210,8 @@ static int l_encode_request(lua_State *L) {
   int64_t corr;
   const char *client = NULL;
   size_t clen = 0;
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   box *bx;
   luaL_checktype(L, 3, LUA_TTABLE);
   lua_settop(L, 4);
@@ -234,7 +235,8 @@ static int l_encode_response(lua_State *L) {
   const kf_api *a = check_api(L, 1);
   int v = check_version(L, 2, a), hv = kf_resp_header_version(a, v);
   lua_Integer corr = luaL_checkinteger(L, 3);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   box *bx;
   lua_settop(L, 4);
   bx = kfl_box_new(L);
@@ -301,7 +303,8 @@ static void d_end(void *u, const kf_field *f, size_t idx) { d_store(((ldec *)u)-
 static int d_records(void *u, const kf_field *f, const uint8_t *p, size_t n, size_t at, kf_err *e) {
   ldec *c = (ldec *)u;
   lua_State *L = c->L;
-  kf_err re = {0, {0}};
+  kf_err re;
+  KF_ERR_INIT(re);
   (void)e;
   if (!p) return 0; /* null records: absent */
   if (c->raw_records) {
@@ -358,7 +361,8 @@ static int l_decode_response(lua_State *L) {
   int v = check_version(L, 2, a), hv = kf_resp_header_version(a, v);
   size_t n;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 3, &n);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   kf_reader r;
   ldec c;
   int32_t corr;
@@ -391,7 +395,8 @@ static int l_decode_response(lua_State *L) {
 static int l_decode_request(lua_State *L) {
   size_t n;
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   kf_reader r;
   ldec c;
   kf_req_header h;
@@ -435,7 +440,8 @@ static int l_encode_data(lua_State *L) {
   const kf_data *d = check_data(L, 1);
   lua_Integer v = luaL_checkinteger(L, 2);
   int bare = 0, rc;
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   lenc c;
   box *bx;
   if (v < d->min || v > d->max)
@@ -473,7 +479,8 @@ static int l_decode_data(lua_State *L) {
   const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 2, &n);
   int64_t bv = -1;
   int v = 0;
-  kf_err e = {0, {0}};
+  kf_err e;
+  KF_ERR_INIT(e);
   kf_reader r;
   ldec c;
   if (!lua_isnoneornil(L, 3)) {

@@ -147,7 +147,8 @@ static int decode_v2(dctx *c, const uint8_t *p, size_t n, int depth, size_t at) 
   nrecs = n - KF_V2_HEADER;
   if (b.codec != KF_CODEC_NONE) {
     kf_writer *sw = &c->s->level[depth];
-    kf_err de = {0, {0}};
+    kf_err de;
+    KF_ERR_INIT(de);
     sw->len = 0;
     if (kf_decompress(b.codec, recs, nrecs, sw, c->o->max_decompressed, &de))
       return problem(c, de.code, "record batch at byte %zu (offset %lld): %s", at,
@@ -233,7 +234,8 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
   } else {
     kf_batch_info b;
     kf_writer *sw;
-    kf_err de = {0, {0}};
+    kf_err de;
+    KF_ERR_INIT(de);
     wrap inner;
     if (depth + 1 >= KF_MAX_NEST)
       return problem(c, KF_ELIMIT, "compressed messages nested more than %d deep at byte %zu",
