@@ -24,6 +24,7 @@
 #define luaL_newlibtable(L, l) lua_createtable(L, 0, (int)(sizeof(l) / sizeof((l)[0]) - 1))
 #define luaL_newlib(L, l) (luaL_newlibtable(L, l), luaL_setfuncs(L, l, 0))
 #define luaL_setfuncs kf_luaL_setfuncs
+#define lua_absindex(L, i) ((i) > 0 || (i) <= LUA_REGISTRYINDEX ? (i) : lua_gettop(L) + (i) + 1)
 #define luaL_setmetatable kf_luaL_setmetatable
 #define luaL_testudata kf_luaL_testudata
 static inline void kf_luaL_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {

@@ -8,7 +8,9 @@
  *                  decoders;
  *   lua_crypto.c   the SASL primitives;
  *   lua_producer.c the producer's accumulator: its counters and send()'s
- *                  fast path (kafka.producer).
+ *                  fast path (kafka.producer);
+ *   lua_bytes.c    kafka.bytes (frames and views the decoders take like
+ *                  strings) and the inbox that reads frames into them.
  * Error contract: misuse raises; bad or truncated bytes return nil,
  * message, code (kfl_fail).
  */
@@ -93,6 +95,16 @@ int kfl_batch_add(lua_State *L, lbatch *lb, int vi, int ki, int hi, int ti, int6
  * fast path) into the table on top; after kfl_open_records (acc:open
  * checks builders against their metatable). */
 void kfl_open_producer(lua_State *L);
+
+/* lua_bytes.c: the bytes at idx, a string or a kafka.bytes (NULL when
+ * neither; kfl_checkbytes raises). */
+const uint8_t *kfl_tobytes(lua_State *L, int idx, size_t *n);
+const uint8_t *kfl_checkbytes(lua_State *L, int idx, size_t *n);
+/* Pushes a kafka.bytes view of p[0..n), which lies inside the string or
+ * kafka.bytes at owner (kept alive by the view). */
+void kfl_push_view(lua_State *L, const uint8_t *p, size_t n, int owner);
+/* Sets bytes and inbox into the table on top; makes their metatables. */
+void kfl_open_bytes(lua_State *L);
 
 /* lua_schema.c: sets the schema functions into the table on top. */
 void kfl_open_schema(lua_State *L);

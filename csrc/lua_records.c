@@ -669,7 +669,7 @@ static int l_encode_records(lua_State *L) {
  * it starts). */
 static int l_decode_records(lua_State *L) {
   size_t n;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
   kf_err e;
   KF_ERR_INIT(e);
   kf_rec_opts ro;
@@ -729,7 +729,7 @@ static int l_decode_records(lua_State *L) {
  * "corrupt" for bad framing. */
 static int l_records_end(lua_State *L) {
   size_t n, batches;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
   kf_err e;
   KF_ERR_INIT(e);
   int64_t next;
@@ -791,7 +791,7 @@ static int c_problem(void *u, int code, const char *msg) {
  * record has headers[i].control = true. */
 static int l_decode_columns(lua_State *L) {
   size_t n;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
   static const char *const cols[] = {"offset", "timestamp", "key", "value", "headers"};
   kf_err e;
   KF_ERR_INIT(e);

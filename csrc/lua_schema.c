@@ -98,8 +98,7 @@ static int e_get_bytes(void *u, const kf_field *f, const uint8_t **p, size_t *n)
   int rc = KF_V_OK;
   cur_value(L, f);
   if (lua_isnil(L, -1)) rc = KF_V_NIL;
-  else if (lua_type(L, -1) == LUA_TSTRING) *p = (const uint8_t *)lua_tolstring(L, -1, n);
-  else rc = KF_V_BAD;
+  else if (!(*p = kfl_tobytes(L, -1, n))) rc = KF_V_BAD; /* a string or kafka.bytes (kept alive by the table) */
   lua_pop(L, 1);
   return rc;
 }
@@ -251,7 +250,8 @@ static int l_encode_response(lua_State *L) {
 typedef struct ldec {
   lua_State *L;
   box *bx;
-  int raw_records;
+  int raw_records; /* 1: records as strings, 2: as kafka.bytes views */
+  int owner;       /* stack index of the frame (what views keep alive) */
   int unsized; /* the frame comes without its 4-byte size */
   int has_corr; /* correlation_id given: the frame starts after it */
   int64_t corr;
@@ -307,7 +307,9 @@ static int d_records(void *u, const kf_field *f, const uint8_t *p, size_t n, siz
   KF_ERR_INIT(re);
   (void)e;
   if (!p) return 0; /* null records: absent */
-  if (c->raw_records) {
+  if (c->raw_records == 2) {
+    kfl_push_view(L, p, n, c->owner); /* no copy: the view keeps the frame alive */
+  } else if (c->raw_records) {
     lua_pushlstring(L, (const char *)p, n);
   } else if (kfl_push_records(L, p, n, &c->ro, c->bx, NULL, NULL, &re)) {
     /* Corrupt framing stays inside this partition: the frame around it is
@@ -334,7 +336,13 @@ static void dec_opts(lua_State *L, int idx, ldec *c) {
   kfl_rec_opts(L, idx, &c->ro);
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
-  c->raw_records = kfl_opt_bool(L, idx, "raw_records", 0);
+  lua_getfield(L, idx, "raw_records");
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    if (strcmp(lua_tostring(L, -1), "view") != 0) luaL_error(L, "raw_records must be a boolean or \"view\"");
+    c->raw_records = 2;
+  }
+  lua_pop(L, 1);
+  if (!c->raw_records) c->raw_records = kfl_opt_bool(L, idx, "raw_records", 0);
   c->unsized = kfl_opt_bool(L, idx, "unsized", 0);
   lua_getfield(L, idx, "correlation_id");
   c->has_corr = !lua_isnil(L, -1);
@@ -360,7 +368,7 @@ static int l_decode_response(lua_State *L) {
   const kf_api *a = check_api(L, 1);
   int v = check_version(L, 2, a), hv = kf_resp_header_version(a, v);
   size_t n;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 3, &n);
+  const uint8_t *p = kfl_checkbytes(L, 3, &n);
   kf_err e;
   KF_ERR_INIT(e);
   kf_reader r;
@@ -369,6 +377,7 @@ static int l_decode_response(lua_State *L) {
   dec_opts(L, 4, &c);
   lua_settop(L, 4);
   c.L = L;
+  c.owner = 3;
   c.bx = kfl_box_new(L);
   kf_r_init(&r, p, n);
   if (!c.unsized) {
@@ -394,7 +403,7 @@ static int l_decode_response(lua_State *L) {
  * "unsupported". */
 static int l_decode_request(lua_State *L) {
   size_t n;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
   kf_err e;
   KF_ERR_INIT(e);
   kf_reader r;
@@ -403,6 +412,7 @@ static int l_decode_request(lua_State *L) {
   dec_opts(L, 2, &c);
   lua_settop(L, 2);
   c.L = L;
+  c.owner = 1;
   c.bx = kfl_box_new(L);
   if (kf_frame_check(p, n, &e)) return kfl_box_done(c.bx, kfl_fail(L, &e));
   kf_r_init(&r, p, n);
@@ -476,7 +486,7 @@ static int l_encode_data(lua_State *L) {
 static int l_decode_data(lua_State *L) {
   const kf_data *d = check_data(L, 1);
   size_t n;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 2, &n);
+  const uint8_t *p = kfl_checkbytes(L, 2, &n);
   int64_t bv = -1;
   int v = 0;
   kf_err e;
@@ -492,6 +502,7 @@ static int l_decode_data(lua_State *L) {
   lua_settop(L, 3);
   dec_opts(L, 4, &c); /* none there: the defaults */
   c.L = L;
+  c.owner = 2;
   c.bx = kfl_box_new(L);
   kf_r_init(&r, p, n);
   lua_createtable(L, 0, d->s->nfields);
@@ -530,7 +541,7 @@ static int l_datas(lua_State *L) {
  * size. */
 static int l_frame_length(lua_State *L) {
   size_t n;
-  const uint8_t *p = (const uint8_t *)luaL_checklstring(L, 1, &n);
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
   lua_Integer max = luaL_optinteger(L, 2, DEFAULT_MAX_FRAME);
   int32_t size;
   if (n < 4) {

@@ -166,8 +166,7 @@ end
 
 -- A read that stopped: a timeout before the caller's deadline (soft) keeps
 -- the connection and the partial frame; anything else closes it.
-function _M:_read_failed(st, err, soft)
-  local started = st.size ~= nil or st.have > 0
+function _M:_read_failed(started, err, soft)
   if err == "timeout" and soft then
     return nil, ("%s: no answer yet (deadline reached)"):format(self:name()), "timeout"
   end
@@ -182,6 +181,8 @@ end
 -- receive_message_max_bytes and the correlation id against expect before
 -- the rest is read. Returns corr, the frame after the correlation id.
 function _M:_read_frame(deadline, soft, expect)
+  local sock = self.sock
+  if sock.read_frame then return self:_read_whole(sock, deadline, soft, expect) end
   local st = self.rd
   if not st then
     st = { parts = {}, have = 0, need = 4 }
@@ -190,32 +191,53 @@ function _M:_read_frame(deadline, soft, expect)
   local ok, err
   if not st.size then
     ok, err = fill(self, st, deadline)
-    if not ok then return self:_read_failed(st, err, soft) end
+    if not ok then return self:_read_failed(st.size ~= nil or st.have > 0, err, soft) end
     local size = be32(join(st), 1)
-    if size < 0 then return fail(self, self:name() .. ": bad frame size " .. size, "protocol") end
-    if size < 4 then return fail(self, self:name() .. ": frame too short for a response header", "protocol") end
-    if size > self.receive_message_max_bytes then
-      return fail(self, ("%s: frame of %d bytes exceeds receive_message_max_bytes (%d)"):format(self:name(), size,
-        self.receive_message_max_bytes), "limit")
-    end
+    if size < 4 or size > self.receive_message_max_bytes then return self:_bad_size(size) end
     st.size = size
     next_part(st, 4)
   end
   if not st.corr then
     ok, err = fill(self, st, deadline)
-    if not ok then return self:_read_failed(st, err, soft) end
+    if not ok then return self:_read_failed(st.size ~= nil or st.have > 0, err, soft) end
     local got = be32(join(st), 1)
-    if got ~= expect and not self.noreply[got] then
-      return fail(self, ("%s: correlation id mismatch: expected %d, got %d"):format(self:name(), expect, got),
-        "protocol")
-    end
+    if got ~= expect and not self.noreply[got] then return self:_bad_corr(expect, got) end
     st.corr = got
     next_part(st, st.size - 4)
   end
   ok, err = fill(self, st, deadline)
-  if not ok then return self:_read_failed(st, err, soft) end
+  if not ok then return self:_read_failed(st.size ~= nil or st.have > 0, err, soft) end
   self.rd = nil
   return st.corr, st.have > 0 and join(st) or ""
+end
+
+function _M:_bad_size(size)
+  if size < 0 then return fail(self, self:name() .. ": bad frame size " .. size, "protocol") end
+  if size < 4 then return fail(self, self:name() .. ": frame too short for a response header", "protocol") end
+  return fail(self, ("%s: frame of %d bytes exceeds receive_message_max_bytes (%d)"):format(self:name(), size,
+    self.receive_message_max_bytes), "limit")
+end
+
+function _M:_bad_corr(expect, got)
+  return fail(self, ("%s: correlation id mismatch: expected %d, got %d"):format(self:name(), expect, got), "protocol")
+end
+
+-- _read_frame on a socket that reads whole frames itself (read_frame:
+-- kafka.socket's inbox): the frame is a kafka.bytes, the same checks.
+function _M:_read_whole(sock, deadline, soft, expect)
+  local left = deadline - self.now()
+  -- no time left: one look at what is there
+  local ms, max = left > 0 and math.ceil(left) or 0, self.receive_message_max_bytes
+  local got, frame, other = sock:read_frame(ms, max, expect)
+  if got == false and other and self.noreply[other] then
+    got, frame, other = sock:read_frame(ms, max, other) -- a reply that is dropped
+  end
+  if got then return got, frame end
+  if got == false then
+    if other then return self:_bad_corr(expect, other) end
+    return self:_bad_size(frame)
+  end
+  return self:_read_failed(other, frame, soft)
 end
 
 -- The ApiVersions body we send.
@@ -498,7 +520,7 @@ function _M:receive(corr, deadline)
       local o = head.opts
       local result
       if o and o.raw then
-        result = frame
+        result = type(frame) == "string" and frame or tostring(frame) -- the frame's bytes, as a string
       elseif not head.abandoned then
         local dopts = { unsized = true, correlation_id = got }
         if o and o.decode then

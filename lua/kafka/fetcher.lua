@@ -47,7 +47,9 @@ function _M.new(client, o)
     isolation_level = o.isolation_level,
     decode_opts = o.decode_opts,
     decode_txn = decode_txn,
-    fetch_decode = { raw_records = true }, -- records are decoded per partition, see _partition_result
+    -- records are decoded per partition (see _partition_result), from
+    -- views into the answer's frame (kafka.bytes: no copy)
+    fetch_decode = { raw_records = "view" },
     retry_backoff_ms = o.retry_backoff_ms,
     max_poll_records = o.max_poll_records,
     pending = nil, -- fetched partitions not decoded yet: {st=, pr=, epoch=}

@@ -21,6 +21,10 @@ local pcall, require, setmetatable, getmetatable, type, tostring, ipairs, pairs 
 
 local _M = {}
 
+-- false: plain luasocket connections read through luasocket's receive()
+-- (the inbox off; for comparisons)
+_M.direct_reads = true
+
 local luasocket -- loaded on first use
 
 local ls_mt = {}
@@ -29,7 +33,36 @@ ls_mt.__index = ls_mt
 -- A timeout bounds each whole call (luasocket's "t" mode), not each wait
 -- inside it: a peer trickling bytes cannot stretch a receive past it.
 function ls_mt:settimeout(ms)
+  self.timeout_ms = ms
   self.sock:settimeout(ms and ms / 1000 or nil, "t")
+end
+
+-- read_frame(timeout_ms, max_bytes, expect) on a plain luasocket
+-- connection: see kafka.core's inbox (csrc/lua_bytes.c); the frame is a
+-- kafka.bytes.
+local function inbox_read_frame(self, ms, max, expect)
+  local corr, frame, started, tls = self.inbox:frame(ms, max, expect)
+  if tls then self.tls_error = frame end
+  return corr, frame, started
+end
+
+-- Reads on a plain luasocket connection go through an inbox: readv()
+-- on its descriptor straight into each frame (no copy in luasocket's
+-- buffers, no join of pieces). Every read then takes that path, for the
+-- inbox's read-ahead to stay in order; TLS (LuaSec reads the descriptor
+-- itself) turns it off before the first read.
+local function open_inbox(self)
+  if not _M.direct_reads then return end
+  local ok, core = pcall(require, "kafka.core")
+  local fd = self.sock.getfd and self.sock:getfd()
+  if not ok or not core.inbox or type(fd) ~= "number" or fd < 0 then return end
+  self.inbox = core.inbox(fd)
+  self.read_frame = inbox_read_frame
+end
+
+local function close_inbox(self)
+  if self.inbox then self.inbox:close() end
+  self.inbox, self.read_frame = nil, nil
 end
 
 -- TCP_NODELAY once connected: luasocket 3 makes the descriptor in
@@ -38,7 +71,10 @@ end
 -- pieces waited for the broker's delayed ACK, 40 ms.
 function ls_mt:connect(host, port)
   local ok, err = self.sock:connect(host, port)
-  if ok then self.sock:setoption("tcp-nodelay", true) end
+  if ok then
+    self.sock:setoption("tcp-nodelay", true)
+    open_inbox(self)
+  end
   return ok, err
 end
 
@@ -66,7 +102,12 @@ function ls_mt:send(data)
 end
 
 function ls_mt:receive(n)
-  local data, err, partial = self.sock:receive(n)
+  local data, err, partial
+  if self.inbox then
+    data, err, partial = self.inbox:receive(n, self.timeout_ms)
+  else
+    data, err, partial = self.sock:receive(n)
+  end
   if not data then return nil, io_err(self, err), partial end
   if not self.seen then
     self.seen = true
@@ -82,6 +123,7 @@ function ls_mt:receive(n)
 end
 
 function ls_mt:close()
+  close_inbox(self)
   return self.sock:close()
 end
 
@@ -171,6 +213,7 @@ function ls_mt:tls_handshake(host, port, tls, timeout_ms)
   local ctx, err = luasec_context(tls)
   if not ctx then return nil, err end
   local conn
+  close_inbox(self)
   conn, err = ssl.wrap(self.sock, ctx)
   if not conn then return nil, "TLS: " .. tostring(err) end
   self.sock = conn
