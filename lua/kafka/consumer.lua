@@ -71,7 +71,10 @@ function _M.new(client_or_opts, opts)
                     max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
                     skip_control = true, batches = false, stop_at_error = true },
     retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
-    max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 10000, 1),
+    -- 500, Kafka's max.poll.records: a poll's messages then die young in
+    -- Lua 5.4's generational collector (10000 survived its minor
+    -- collections and went through its full ones: 1.3x slower consuming)
+    max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 500, 1),
     enable_auto_commit = bool(WHERE, "enable_auto_commit", opts.enable_auto_commit, true),
     auto_commit_interval_ms = int(WHERE, "auto_commit_interval_ms", opts.auto_commit_interval_ms, 5000, 0),
     callback_errors = {},
