@@ -481,6 +481,7 @@ for _, size in ipairs({ 100, 1024 }) do
   for _, codec in ipairs({ "none", "gzip", "snappy", "lz4", "zstd" }) do
     row("encode_batch", size, codec, "kp", nil, nil, "encode v2 batch (proto.batch)")
   end
+  row("encode_values", size, "none", "kp", "encode_batch", "encode_batch", "encode v2 batch (encode_records, values)")
   row("encode_request", size, "none", "kp", "encode_batch", "encode_batch", "encode Produce request (message array)")
   for _, codec in ipairs({ "none", "gzip", "snappy", "lz4", "zstd" }) do
     row("decode_tables", size, codec, "kp", nil, nil, "decode Fetch into tables")

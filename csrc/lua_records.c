@@ -74,8 +74,10 @@ static uint32_t headers_walk(lua_State *L, int idx, kf_batch *b, size_t *size) {
 }
 
 /* Appends one record to b. Stack args: value, key, headers (table index or
- * 0), timestamp (absent: now). Raises on wrong types. */
-static int batch_add(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, kf_err *e) {
+ * 0), timestamp (absent: now, or the time given: KF_NOW reads the clock).
+ * Raises on wrong types. */
+#define KF_NOW INT64_MIN
+static int batch_add_at(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, int64_t now, kf_err *e) {
   const char *val = NULL, *key = NULL;
   size_t vl = 0, kl = 0, hsize = 0;
   uint32_t nh = 0;
@@ -94,8 +96,10 @@ static int batch_add(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, 
   }
   if (ti && lua_type(L, ti) > LUA_TNIL) {
     if (!kf_toi64(L, ti, &ts)) luaL_error(L, "record timestamp must be an integer (ms)");
+  } else if (b->magic == 0) {
+    ts = -1;
   } else {
-    ts = b->magic == 0 ? -1 : kf_now_ms();
+    ts = now == KF_NOW ? kf_now_ms() : now;
   }
   t = hi ? lua_type(L, hi) : LUA_TNIL;
   if (t == LUA_TTABLE) {
@@ -108,22 +112,28 @@ static int batch_add(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, 
   return 0;
 }
 
+static int batch_add(lua_State *L, kf_batch *b, int vi, int ki, int hi, int ti, kf_err *e) {
+  return batch_add_at(L, b, vi, ki, hi, ti, KF_NOW, e);
+}
+
 /* Fills b from the message array at idx (strings are values; tables have
  * key, value, headers, timestamp). */
 static int batch_fill(lua_State *L, int idx, kf_batch *b, kf_err *e) {
   size_t i, n = lua_rawlen(L, idx);
+  /* messages without a timestamp get the call's: one clock read, not one each */
+  int64_t now = kf_now_ms();
   luaL_checkstack(L, 8, "messages");
   for (i = 1; i <= n; i++) {
     int top = lua_gettop(L), rc;
     lua_rawgeti(L, idx, (int)i);
     if (lua_type(L, -1) == LUA_TSTRING) {
-      rc = batch_add(L, b, top + 1, 0, 0, 0, e);
+      rc = batch_add_at(L, b, top + 1, 0, 0, 0, now, e);
     } else if (lua_type(L, -1) == LUA_TTABLE) {
       lua_getfield(L, top + 1, "value");
       lua_getfield(L, top + 1, "key");
       lua_getfield(L, top + 1, "headers");
       lua_getfield(L, top + 1, "timestamp");
-      rc = batch_add(L, b, top + 2, top + 3, top + 4, top + 5, e);
+      rc = batch_add_at(L, b, top + 2, top + 3, top + 4, top + 5, now, e);
     } else {
       return luaL_error(L, "message %d must be a table or a string", (int)i);
     }
@@ -733,11 +743,28 @@ static int l_records_end(lua_State *L) {
   kf_err e;
   KF_ERR_INIT(e);
   int64_t next;
-  if (kf_records_scan(p, n, &next, &batches, &e)) return kfl_fail(L, &e);
+  if (kf_records_scan(p, n, &next, &batches, 0, NULL, &e)) return kfl_fail(L, &e);
   if (batches == 0) return kfl_fail_msg(L, KF_EINCOMPLETE, "no complete record batch");
   kf_pushi64(L, next);
   lua_pushinteger(L, (lua_Integer)batches);
   return 2;
+}
+
+/* records_cut(bytes, n) -> the bytes of the leading whole batches that
+ * hold at most n records (at least one batch), or nil when the complete
+ * batches hold no more than n (or the framing is broken: the decoder
+ * reports that). A consumer decodes that much in a poll, the rest in the
+ * next ones. */
+static int l_records_cut(lua_State *L) {
+  size_t n, batches, cut;
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
+  lua_Integer want = luaL_checkinteger(L, 2);
+  kf_err e;
+  int64_t next;
+  KF_ERR_INIT(e);
+  if (kf_records_scan(p, n, &next, &batches, want, &cut, &e) || cut == 0) return 0;
+  lua_pushinteger(L, (lua_Integer)cut);
+  return 1;
 }
 
 /* Columnar records visitor: one array per field instead of a table per
@@ -840,6 +867,7 @@ static const luaL_Reg records_funcs[] = {
   {"decode_records", l_decode_records},
   {"decode_columns", l_decode_columns},
   {"records_end", l_records_end},
+  {"records_cut", l_records_cut},
   {"batch", l_batch},
   {NULL, NULL}
 };

@@ -322,10 +322,13 @@ int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_s
   return decode_set(&c, p, n, 0, &none, 0);
 }
 
-int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, kf_err *e) {
+int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, int64_t want, size_t *cut,
+                    kf_err *e) {
   size_t pos = 0;
+  int64_t count = 0;
   *next = 0;
   *batches = 0;
+  if (cut) *cut = 0;
   /* the same walk as decode_set's top level: offset, size, epoch, magic */
   while (17 <= n - pos) {
     size_t left = n - pos;
@@ -350,6 +353,15 @@ int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, 
       return -1;
     } else {
       end = kf_add64((int64_t)kf_be64(p + pos), (int64_t)(int32_t)kf_be32(p + pos + 23) + 1);
+    }
+    if (cut && !*cut) {
+      int32_t nrec = magic == 2 ? (int32_t)kf_be32(p + pos + 57) : 1;
+      if (nrec < 0) nrec = 0;
+      if (count > 0 && count + nrec > want) {
+        *cut = pos; /* the batches before this one */
+      } else {
+        count += nrec;
+      }
     }
     if (*batches == 0 || end > *next) *next = end; /* as the decoder's next_offset: the highest end */
     (*batches)++;

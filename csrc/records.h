@@ -83,8 +83,12 @@ int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_s
  * last_offset_delta; magic 0/1: the message's offset, a compressed
  * wrapper's being its last inner one), *batches how many there are (0 when
  * none is complete; a truncated trailing batch is normal). Returns 0, or
- * -1 with e set (KF_ECORRUPT) for broken framing. */
-int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, kf_err *e);
+ * -1 with e set (KF_ECORRUPT) for broken framing. With cut: *cut gets the
+ * bytes of the leading whole batches that hold at most want records, at
+ * least one batch (v2: the header's record count; magic 0/1: one a
+ * message), 0 when the complete batches hold no more than want. */
+int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, int64_t want, size_t *cut,
+                    kf_err *e);
 
 /* Iterates validated v2 headers: returns 1 and fills k/v (v NULL = null). */
 int kf_headers_next(kf_reader *r, const uint8_t **k, size_t *kl, const uint8_t **v, size_t *vl);

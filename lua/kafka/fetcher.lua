@@ -16,6 +16,7 @@
 -- skipped. At most one undecoded answer per broker waits beside the Fetch
 -- in flight: no answer is read while earlier ones are pending.
 local proto = require "kafka.proto"
+local core = require "kafka.core"
 local txn = require "kafka.txn"
 
 local errors = proto.errors
@@ -226,18 +227,57 @@ local function add_error(errs, st, err, code, kcode)
   e.err, e.code, e.kafka_code = err, code, kcode
 end
 
+function _M:_keep(st, pr)
+  local p = self.pending or {}
+  p[#p + 1] = { st = st, pr = pr, epoch = st.epoch }
+  self.pending = p
+end
+
+-- A fetch result holding more than room records is cut at a batch
+-- boundary (proto.records_cut): pr keeps the leading batches that hold at
+-- most room records (one at least), the rest goes into a copy of pr,
+-- decoded by the next polls
+-- (a poll's messages stay few: a fetch of 1 MiB of well-compressed records
+-- held 200,000 of them). Returns {pr = the rest, from = where it starts}
+-- or nil. Never with aborted transactions to drop: kafka.txn reads a
+-- fetch's aborted list against all of its batches at once.
+function _M:_cut(pr, room)
+  local raw = pr.records
+  if not raw or #raw == 0 or (pr.error_code and pr.error_code ~= errors.NONE)
+    or (self.isolation_level == 1 and pr.aborted_transactions and pr.aborted_transactions[1]) then
+    return nil
+  end
+  local cut = proto.records_cut(raw, room)
+  if not cut then return nil end
+  local rest = {}
+  for k, v in pairs(pr) do rest[k] = v end
+  rest.records = core.bytes(raw, cut + 1)
+  pr.records, pr.fetched_to = core.bytes(raw, 1, cut), nil
+  return { pr = rest, from = proto.records_end(pr.records) }
+end
+
 -- Decodes one partition's fetch result into out, or keeps it for the next
 -- poll once out holds max_poll_records: a poll's messages all stay alive
 -- until the caller drops them, and a big live set makes Lua's GC slow.
 function _M:_settle(st, pr, out, errs)
   if #out >= self.max_poll_records then
-    local p = self.pending or {}
-    p[#p + 1] = { st = st, pr = pr, epoch = st.epoch }
-    self.pending = p
+    self:_keep(st, pr)
     return
   end
+  local rest = self:_cut(pr, self.max_poll_records - #out)
   local ok, err, code, kcode = self:_partition_result(st, pr, out)
   if not ok then add_error(errs, st, err, code, kcode) end
+  if rest then
+    -- the partition's next records wait for the next poll (its next
+    -- Fetch, pipelined or not, only once they are decoded)
+    if ok and st.offset == rest.from then
+      self:_keep(st, rest.pr)
+      return
+    end
+    -- decoding stopped elsewhere (an error): the rest is dropped, the
+    -- partition fetched again from its position (below)
+    pr.fetched_to = rest.pr.fetched_to
+  end
   local sent = pr.fetched_to
   if sent and st.offset ~= sent and st.fetch_offset == sent then
     -- the next Fetch went out from where the headers said these records

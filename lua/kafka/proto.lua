@@ -17,6 +17,7 @@ local _M = {
   decode_records = core.decode_records,
   decode_columns = core.decode_columns,
   records_end = core.records_end,
+  records_cut = core.records_cut,
   batch = core.batch,
   api_key = core.api_key,
   api_name = core.api_name,
