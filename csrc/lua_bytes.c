@@ -241,16 +241,21 @@ static int l_inbox_frame(lua_State *L) {
         }
         ib->seen = 1;
       }
+      /* a bad size is refused on its 4 bytes: a frame too short may end there */
+      if (have >= 4 && (be32(h) < 4 || be32(h) > max)) {
+        lua_pushboolean(L, 0);
+        lua_pushinteger(L, be32(h));
+        return 2;
+      }
       if (have >= 8) break;
       rc = ib_read(ib, NULL, 0, deadline, &got);
       if (rc != RD_OK) return read_failed(L, rc, have > 0);
     }
     size = be32(h);
     corr = be32(h + 4);
-    if (size < 4 || size > max || (has_expect && corr != expect)) {
+    if (has_expect && corr != expect) {
       lua_pushboolean(L, 0);
       lua_pushinteger(L, size);
-      if (size < 4 || size > max) return 2;
       lua_pushinteger(L, corr);
       return 3;
     }

@@ -97,7 +97,7 @@ describe("kafka.inbox", function()
   end)
 
   it("a size prefix below 4 or above the cap is refused before anything is allocated", function()
-    put(peer, be32(3) .. be32(1))
+    put(peer, be32(3)) -- a frame too short may end with its size: nothing to wait for
     local ok, size, corr = s:read_frame(0, 1000)
     assert.are.equal(false, ok)
     assert.are.equal(3, size)
