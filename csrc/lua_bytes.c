@@ -259,8 +259,9 @@ static int l_inbox_frame(lua_State *L) {
       lua_pushinteger(L, corr);
       return 3;
     }
-    ib->head += 4;
+    /* allocated first: when it raises, the prefix is still there */
     fr = (kbytes *)lua_newuserdata(L, sizeof(kbytes) + (size_t)size);
+    ib->head += 4;
     fr->size = (size_t)size;
     fr->p = fr->data;
     fr->n = 0;
