@@ -83,7 +83,7 @@ static int l_bytes_tostring(lua_State *L) {
   return 1;
 }
 
-/* core.bytes(s [, i [, j]]) -> a view of s:sub(i, j) (s a string or
+/* proto.bytes(s [, i [, j]]) -> a view of s:sub(i, j) (s a string or
  * kafka.bytes): for tests and for callers that slice a frame. */
 static int l_bytes_new(lua_State *L) {
   size_t n;

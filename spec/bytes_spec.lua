@@ -4,7 +4,6 @@
 -- server socket in this process; what it writes, and when, is up to each
 -- test.
 local socket = require "socket"
-local core = require "kafka.core"
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
 
@@ -183,7 +182,7 @@ describe("kafka.bytes", function()
 
   it("a view decodes as the string it views", function()
     local host = "junk" .. recs .. "tail"
-    local v = core.bytes(host, 5, 4 + #recs)
+    local v = proto.bytes(host, 5, 4 + #recs)
     assert.are.equal(#recs, #v)
     assert.are.equal(recs, tostring(v))
     local a, ai = proto.decode_records(recs)

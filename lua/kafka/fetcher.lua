@@ -16,7 +16,6 @@
 -- skipped. At most one undecoded answer per broker waits beside the Fetch
 -- in flight: no answer is read while earlier ones are pending.
 local proto = require "kafka.proto"
-local core = require "kafka.core"
 local txn = require "kafka.txn"
 
 local errors = proto.errors
@@ -251,8 +250,8 @@ function _M:_cut(pr, room)
   if not cut then return nil end
   local rest = {}
   for k, v in pairs(pr) do rest[k] = v end
-  rest.records = core.bytes(raw, cut + 1)
-  pr.records, pr.fetched_to = core.bytes(raw, 1, cut), nil
+  rest.records = proto.bytes(raw, cut + 1)
+  pr.records, pr.fetched_to = proto.bytes(raw, 1, cut), nil
   return { pr = rest, from = proto.records_end(pr.records) }
 end
 

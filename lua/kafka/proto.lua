@@ -18,6 +18,7 @@ local _M = {
   decode_columns = core.decode_columns,
   records_end = core.records_end,
   records_cut = core.records_cut,
+  bytes = core.bytes,
   batch = core.batch,
   api_key = core.api_key,
   api_name = core.api_name,
