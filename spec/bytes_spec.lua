@@ -161,6 +161,49 @@ describe("kafka.inbox", function()
     assert.is_true(took >= 0.14 and took < 1, "waited " .. took .. " s")
   end)
 
+  it("a released frame is read into again; views into it made before raise", function()
+    local a, b, c = ("a"):rep(100000), ("b"):rep(90000), ("c"):rep(300000)
+    put(peer, frame(1, a))
+    local corr, f1 = s:read_frame(1000, 1000000)
+    assert.are.equal(1, corr)
+    local v = proto.bytes(f1, 1, 10)
+    local vv = proto.bytes(v, 2, 3) -- a view of a view lies in the same frame
+    assert.are.equal("aa", tostring(vv))
+    assert.is_true(proto.release(vv))
+    assert.are.equal(0, #f1)
+    assert.is_false(proto.release(v)) -- once
+    assert.is_false(proto.release(f1))
+    for _, stale in ipairs { v, vv } do
+      assert.has_error(function() proto.decode_records(stale) end,
+        "kafka.bytes: the frame this view lies in was released (proto.release) and reused")
+      assert.has_error(function() return #stale end)
+      assert.has_error(function() return tostring(stale) end)
+    end
+    -- the next frame that fits goes into the same memory, one too big does not
+    put(peer, frame(2, b) .. frame(3, c))
+    local _, f2 = s:read_frame(1000, 1000000)
+    assert.is_true(rawequal(f1, f2))
+    assert.are.equal(b, tostring(f2))
+    local v2 = proto.bytes(f2, 89991)
+    assert.are.equal(("b"):rep(10), tostring(v2))
+    assert.is_true(proto.release(v2))
+    local _, f3 = s:read_frame(1000, 1000000)
+    assert.is_false(rawequal(f1, f3))
+    assert.are.equal(c, tostring(f3))
+    -- a frame far smaller than the one kept is not read into it
+    assert.is_true(proto.release(f3))
+    put(peer, frame(4, ("d"):rep(70000)))
+    local _, f4 = s:read_frame(1000, 1000000)
+    assert.is_false(rawequal(f3, f4))
+    assert.are.equal(("d"):rep(70000), tostring(f4))
+    -- nothing to release: bytes in a string, a small frame
+    assert.is_false(proto.release(proto.bytes("abc")))
+    put(peer, frame(5, "small"))
+    local _, f5 = s:read_frame(1000, 1000000)
+    assert.is_false(proto.release(f5))
+    assert.are.equal("small", tostring(f5))
+  end)
+
   it("TLS turns it off; direct_reads = false leaves luasocket's own reads", function()
     ksocket.direct_reads = false
     local ok, s2, peer2 = pcall(pair)

@@ -413,6 +413,59 @@ describe("client against the mock cluster", function()
       client:close()
     end)
 
+  it("consumer: a Fetch answer's frame is released once its last partition is decoded, not before", function()
+    -- one broker, so that an answer holds every partition; librdkafka's mock
+    -- answers with one batch per partition; a poll takes two partitions'
+    -- batches (the second one whole), the third waits for the next poll,
+    -- decoded from the answer's frame after other frames have been read
+    local m1 = mock.start { brokers = 1, topics = {} }
+    local client1 = kafka.client.new { brokers = m1.bootstrap, client_id = "spec" }
+    finally(function()
+      client1:close()
+      m1:stop()
+    end)
+    m1:cmd("topic relframe 3")
+    local pad = ("x"):rep(1000)
+    local function value(part, i) return ("#%d/%d %s"):format(part, i, pad) end
+    local p = kafka.producer.new(client1, { linger_ms = 1e9 })
+    for b = 0, 4 do
+      for part = 0, 2 do
+        for i = 1, 100 do assert(p:send("relframe", value(part, b * 100 + i), { partition = part })) end
+      end
+      assert.are.equal(0, select(2, p:flush()))
+    end
+    local release, results = proto.release, {}
+    proto.release = function(b)
+      local r = release(b)
+      results[#results + 1] = r
+      return r
+    end
+    finally(function() proto.release = release end)
+    local c = kafka.consumer.new(client1, { max_poll_records = 150, fetch_max_wait_ms = 10 })
+    local a = {}
+    for part = 0, 2 do a[#a + 1] = { topic = "relframe", partition = part, offset = 0 } end
+    assert(c:assign(a))
+    local got, polls, next_i = 0, 0, { [0] = 1, 1, 1 }
+    while got < 1500 and polls < 100 do
+      local msgs, err = c:poll(200)
+      assert(msgs, err)
+      polls = polls + 1
+      for _, msg in ipairs(msgs) do
+        assert.are.equal(value(msg.partition, next_i[msg.partition]), msg.value)
+        assert.are.equal(next_i[msg.partition] - 1, msg.offset)
+        next_i[msg.partition] = next_i[msg.partition] + 1
+        got = got + 1
+      end
+    end
+    assert.are.same({ [0] = 501, 501, 501 }, next_i)
+    -- the 5 answers with records (300 KiB each) were released, each once;
+    -- the empty answers after them are too small to keep
+    local kept = 0
+    for _, r in ipairs(results) do if r then kept = kept + 1 end end
+    assert.are.equal(5, kept)
+    c:close()
+  end)
+
   it("consumer: offset out of range resets by auto_offset_reset, or is an error", function()
     m:cmd("topic oor 1")
     local p = kafka.producer.new(client)

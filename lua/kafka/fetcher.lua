@@ -21,7 +21,7 @@ local txn = require "kafka.txn"
 local errors = proto.errors
 local API = proto.api
 local math, table = math, table
-local setmetatable, tostring, ipairs, pairs = setmetatable, tostring, ipairs, pairs
+local setmetatable, tostring, ipairs, pairs, type = setmetatable, tostring, ipairs, pairs, type
 
 local _M = {}
 local mt = { __index = _M }
@@ -226,9 +226,18 @@ local function add_error(errs, st, err, code, kcode)
   e.err, e.code, e.kafka_code = err, code, kcode
 end
 
-function _M:_keep(st, pr)
+-- A Fetch answer's frame is released (proto.release: the inbox reads a
+-- later answer into the same memory, not into fresh pages) once its last
+-- partition is decoded: hold counts its partitions kept for later polls.
+local function unhold(hold)
+  hold.n = hold.n - 1
+  if hold.n == 0 and hold.frame then proto.release(hold.frame) end
+end
+
+function _M:_keep(st, pr, hold)
   local p = self.pending or {}
-  p[#p + 1] = { st = st, pr = pr, epoch = st.epoch }
+  p[#p + 1] = { st = st, pr = pr, epoch = st.epoch, hold = hold }
+  hold.n = hold.n + 1
   self.pending = p
 end
 
@@ -258,9 +267,9 @@ end
 -- Decodes one partition's fetch result into out, or keeps it for the next
 -- poll once out holds max_poll_records: a poll's messages all stay alive
 -- until the caller drops them, and a big live set makes Lua's GC slow.
-function _M:_settle(st, pr, out, errs)
+function _M:_settle(st, pr, out, errs, hold)
   if #out >= self.max_poll_records then
-    self:_keep(st, pr)
+    self:_keep(st, pr, hold)
     return
   end
   local rest = self:_cut(pr, self.max_poll_records - #out)
@@ -270,7 +279,7 @@ function _M:_settle(st, pr, out, errs)
     -- the partition's next records wait for the next poll (its next
     -- Fetch, pipelined or not, only once they are decoded)
     if ok and st.offset == rest.from then
-      self:_keep(st, rest.pr)
+      self:_keep(st, rest.pr, hold)
       return
     end
     -- decoding stopped elsewhere (an error): the rest is dropped, the
@@ -296,8 +305,9 @@ function _M:_drain(out, errs)
   for _, it in ipairs(pend) do
     local st = it.st
     if self.index[pkey(st.topic, st.partition)] == st and st.epoch == it.epoch then
-      if st.paused then rewind(st) else self:_settle(st, it.pr, out, errs) end
+      if st.paused then rewind(st) else self:_settle(st, it.pr, out, errs, it.hold) end
     end
+    unhold(it.hold)
   end
 end
 
@@ -413,7 +423,7 @@ function _M:_collect(f, deadline, out, errs, skip)
     end
   end
   -- where each partition's next Fetch starts, from its batch headers
-  local got, piped = {}, false
+  local got, piped, frame = {}, false, nil
   for _, tr in ipairs(resp.responses or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
       local st = self.index[pkey(tr.topic, pr.partition_index)]
@@ -422,6 +432,7 @@ function _M:_collect(f, deadline, out, errs, skip)
         got[#got + 1] = st
         got[#got + 1] = pr
         local raw = pr.records
+        if not frame and type(raw) == "userdata" then frame = raw end
         if pr.error_code ~= errors.NONE then
           st.fetch_offset = nil -- set once handled (a reset moves it)
         elseif raw and #raw > 0 then
@@ -437,14 +448,17 @@ function _M:_collect(f, deadline, out, errs, skip)
   end
   if piped then self:_send_fetches(self.deadline, errs, skip, f.parts) end
   local nerr, nout = #errs, #out
+  -- (one hold more while the answer's partitions are settled)
+  local hold = { n = 1, frame = frame }
   for i = 1, #got, 2 do
     local st = got[i]
-    self:_settle(st, got[i + 1], out, errs)
+    self:_settle(st, got[i + 1], out, errs, hold)
     if #errs > nerr then
       skip[st] = math.huge
       nerr = #errs
     end
   end
+  unhold(hold)
   if #out == nout and f.wait == 0 then
     -- an empty answer to a Fetch that asked the broker not to wait: do not
     -- ask again at once (the poll would spin on the network)

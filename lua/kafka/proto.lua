@@ -19,6 +19,7 @@ local _M = {
   records_end = core.records_end,
   records_cut = core.records_cut,
   bytes = core.bytes,
+  release = core.release,
   batch = core.batch,
   api_key = core.api_key,
   api_name = core.api_name,
