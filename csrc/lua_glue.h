@@ -56,6 +56,17 @@ typedef struct kfl_rec_extra {
   int batches;         /* build the batches array */
   int64_t min_offset;
   int stop_at_error;
+  int64_t max_records; /* pause once this many messages are taken (0: no limit) */
+  size_t start;        /* where in the blob to begin */
+  /* a v2 batch paused inside, decoded first (rleft 0: none): */
+  const kf_batch_info *rb;
+  const uint8_t *rrecs;
+  size_t rlen;
+  int32_t rleft;
+  /* out: the result of the blob's decoding (rest_in_batch: the pause came
+   * inside the batch resumed, the blob was not begun) */
+  kf_rec_result res;
+  int rest_in_batch;
 } kfl_rec_extra;
 
 /* Reads check_crc and max_decompressed from the options table at idx (or
@@ -64,7 +75,7 @@ void kfl_rec_opts(lua_State *L, int idx, kf_rec_opts *o);
 /* Decodes records into a messages table left on the stack; -1 (nothing
  * pushed, e set) when the framing is corrupt. */
 int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
-                     const kfl_rec_extra *x, int64_t *next, kf_err *e);
+                     kfl_rec_extra *x, int64_t *next, kf_err *e);
 /* A records field's value at idx: a message array or a builder? */
 int kfl_is_records(lua_State *L, int idx);
 /* Encodes the records value at idx (see kfl_is_records) into out; magic is

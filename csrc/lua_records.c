@@ -414,6 +414,7 @@ typedef struct lrec {
   int batch_nmsg;      /* messages before the latest v2 batch */
   int64_t batch_next;  /* next before the latest v2 batch */
   int32_t batch_left;  /* records of the latest v2 batch still to come */
+  int64_t max, taken;  /* max_records (0: none), messages taken */
 } lrec;
 
 static int r_batch(void *u, const kf_batch_info *b) {
@@ -542,6 +543,11 @@ static int r_record(void *u, const kf_record *r) {
     lua_rawset(L, -3);
   }
   lua_rawseti(L, c->msgs, ++c->nmsg);
+  if (c->max && ++c->taken >= c->max) {
+    /* inside a v2 batch the position is this record's: the batch goes on in the rest */
+    if (r->magic == 2 && c->batch_left > 0) c->next = kf_add64(r->offset, 1);
+    return KF_REC_PAUSE;
+  }
   return 0;
 }
 
@@ -572,7 +578,7 @@ static int r_problem(void *u, int code, const char *msg) {
  * any). Returns 0, or -1 (nothing pushed) when the blob's framing is
  * corrupt. *next gets one past the highest offset seen (0: none). */
 int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
-                        const kfl_rec_extra *x, int64_t *next, kf_err *e) {
+                        kfl_rec_extra *x, int64_t *next, kf_err *e) {
   lrec c;
   kf_rec_visitor v;
   kf_rec_result res;
@@ -597,6 +603,8 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   c.batch_next = 0;
   c.batch_left = 0;
   c.next = 0;
+  c.max = x ? x->max_records : 0;
+  c.taken = 0;
   c.set_base = base + 4;
   c.nset = 0;
   if (x && x->set) {
@@ -619,10 +627,34 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   v.batch = r_batch;
   v.record = r_record;
   v.problem = r_problem;
-  if (kf_records_decode(p, n, o, &bx->s, &v, &res, e)) {
-    lua_settop(L, base);
-    return -1;
+  memset(&res, 0, sizeof res);
+  if (x && x->rleft > 0) {
+    /* first the batch paused in: as r_batch would have begun it */
+    int64_t end = kf_add64(x->rb->base_offset, (int64_t)x->rb->last_offset_delta + 1);
+    c.batch_left = x->rleft;
+    if (end > c.next) c.next = end;
+    if (kf_records_resume(x->rb, x->rrecs, x->rlen, x->rleft, &v, &res, e)) {
+      lua_settop(L, base);
+      return -1;
+    }
+    if (res.paused && res.rleft == 0) {
+      /* paused at the batch's end: a rest only if a complete batch follows */
+      int64_t nx;
+      size_t nb = 0;
+      kf_err se;
+      KF_ERR_INIT(se);
+      if (x->start >= n || kf_records_scan(p + x->start, n - x->start, &nx, &nb, 0, NULL, &se) || nb == 0)
+        res.paused = 0;
+    }
+    x->rest_in_batch = res.paused;
   }
+  if (!res.paused && !c.stopped && (!x || x->start < n)) {
+    if (kf_records_decode_at(p, n, x ? x->start : 0, o, &bx->s, &v, &res, e)) {
+      lua_settop(L, base);
+      return -1;
+    }
+  }
+  if (x) x->res = res;
   if (c.want_batches) {
     lua_pushvalue(L, base + 2);
     lua_setfield(L, base + 1, "batches");
@@ -670,6 +702,59 @@ static int l_encode_records(lua_State *L) {
   return kfl_box_done(bx, 1);
 }
 
+/* ------------------------------------------------------------ rests */
+
+/* The rest of a records blob a decode_records with max_records paused in:
+ * decode_records takes it where it takes the blob and goes on from there.
+ * A v2 batch paused inside keeps its records: in the blob, or (it was
+ * compressed) decompressed once into own, so a poll of 500 messages out of
+ * a batch of 8,000 does not decompress the batch 16 times. */
+#define CURSOR_MT "kafka.records_rest"
+typedef struct lcursor {
+  size_t start;          /* the blob's bytes before this are done with */
+  size_t len;            /* the blob's length */
+  kf_batch_info b;       /* the batch paused inside (rleft > 0) */
+  const uint8_t *rrecs;  /* its records still to read: in the blob or in own */
+  size_t rlen;
+  int32_t rleft;
+  kf_writer own;         /* the batch's records decompressed (empty when it was not compressed) */
+} lcursor;
+
+/* The rest's blob: the user value (in a table on Lua 5.1). */
+static void set_anchor(lua_State *L, int blob) {
+#if LUA_VERSION_NUM >= 503
+  lua_pushvalue(L, blob);
+#else
+  lua_createtable(L, 1, 0);
+  lua_pushvalue(L, blob);
+  lua_rawseti(L, -2, 1);
+#endif
+  kf_setuv(L, -2);
+}
+
+static void push_anchor(lua_State *L, int idx) {
+  kf_getuv(L, idx);
+#if LUA_VERSION_NUM < 503
+  lua_rawgeti(L, -1, 1);
+  lua_remove(L, -2);
+#endif
+}
+
+static int l_rest_gc(lua_State *L) {
+  lcursor *c = (lcursor *)luaL_checkudata(L, 1, CURSOR_MT);
+  kf_w_free(&c->own);
+  c->rleft = 0;
+  c->start = c->len;
+  return 0;
+}
+
+/* #rest: the bytes still to decode (of the batch paused in, and after it). */
+static int l_rest_len(lua_State *L) {
+  lcursor *c = (lcursor *)luaL_checkudata(L, 1, CURSOR_MT);
+  lua_pushinteger(L, (lua_Integer)((c->rleft > 0 ? c->rlen : 0) + (c->len - c->start)));
+  return 1;
+}
+
 /* decode_records(bytes [, opts]) -> messages, info {batches, partial, errors,
  * count, next_offset}. Besides the decode options, opts may hold the
  * consumer's: into (append to this table), set (fields copied into every
@@ -679,15 +764,31 @@ static int l_encode_records(lua_State *L) {
  * it starts). */
 static int l_decode_records(lua_State *L) {
   size_t n;
-  const uint8_t *p = kfl_checkbytes(L, 1, &n);
+  const uint8_t *p;
   kf_err e;
   KF_ERR_INIT(e);
   kf_rec_opts ro;
   box *bx;
-  kfl_rec_extra x = {0, 0, 0, 1, INT64_MIN, 0};
+  kfl_rec_extra x;
   int64_t next = 0;
+  lcursor *from = (lcursor *)luaL_testudata(L, 1, CURSOR_MT);
+  memset(&x, 0, sizeof x);
+  x.batches = 1;
+  x.min_offset = INT64_MIN;
   kfl_rec_opts(L, 2, &ro);
   lua_settop(L, 2);
+  if (from) {
+    /* a rest: its blob (3), from where it stopped */
+    push_anchor(L, 1);
+    p = kfl_checkbytes(L, 3, &n);
+    x.start = from->start;
+    x.rb = &from->b;
+    x.rrecs = from->rrecs;
+    x.rlen = from->rlen;
+    x.rleft = from->rleft;
+  } else {
+    p = kfl_checkbytes(L, 1, &n);
+  }
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "into");
     if (!lua_isnil(L, -1)) {
@@ -703,10 +804,51 @@ static int l_decode_records(lua_State *L) {
     x.skip_control = kfl_opt_bool(L, 2, "skip_control", 0);
     x.batches = kfl_opt_bool(L, 2, "batches", 1);
     x.stop_at_error = kfl_opt_bool(L, 2, "stop_at_error", 0);
+    kfl_opt_int(L, 2, "max_records", 0, &x.max_records);
+    luaL_argcheck(L, x.max_records >= 0, 2, "'max_records' must not be negative");
   }
   bx = kfl_box_new(L);
   if (kfl_push_records(L, p, n, &ro, bx, &x, &next, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 7);
+  if (x.res.paused || from) {
+    lcursor *cur = from;
+    if (!cur) {
+      cur = (lcursor *)kf_newuserdata_uv(L, sizeof(lcursor));
+      memset(cur, 0, sizeof *cur);
+      kf_w_init(&cur->own);
+      luaL_setmetatable(L, CURSOR_MT);
+      set_anchor(L, 1);
+    } else {
+      lua_pushvalue(L, 1);
+    }
+    cur->len = n;
+    if (!x.res.paused) {
+      /* all of it decoded */
+      cur->rleft = 0;
+      cur->start = n;
+      kf_w_free(&cur->own);
+    } else if (x.rest_in_batch) {
+      /* still inside the batch resumed (or at its end): its records (and buffer) go on */
+      cur->rrecs = x.res.rrecs;
+      cur->rlen = x.res.rlen;
+      cur->rleft = x.res.rleft;
+      if (cur->rleft == 0) kf_w_free(&cur->own);
+    } else {
+      cur->start = x.res.resume_at;
+      cur->rleft = x.res.rleft;
+      cur->b = x.res.rb;
+      cur->rrecs = x.res.rrecs;
+      cur->rlen = x.res.rlen;
+      kf_w_free(&cur->own);
+      if (x.res.rleft > 0 && x.res.rcompressed) {
+        /* the batch's records were decompressed into the call's scratch: kept */
+        cur->own = bx->s.level[0];
+        kf_w_init(&bx->s.level[0]);
+      }
+    }
+    if (x.res.paused) lua_setfield(L, -2, "rest");
+    else lua_pop(L, 1);
+  }
   lua_getfield(L, -2, "batches");
   lua_setfield(L, -2, "batches");
   lua_getfield(L, -2, "errors");
@@ -885,6 +1027,12 @@ static const luaL_Reg batch_methods[] = {
 };
 
 void kfl_open_records(lua_State *L) {
+  luaL_newmetatable(L, CURSOR_MT);
+  lua_pushcfunction(L, l_rest_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, l_rest_len);
+  lua_setfield(L, -2, "__len");
+  lua_pop(L, 1);
   luaL_newmetatable(L, BATCH_MT);
   lua_pushcfunction(L, l_batch_close);
   lua_setfield(L, -2, "__gc");

@@ -33,6 +33,7 @@ typedef struct dctx {
   const kf_rec_visitor *v;
   kf_rec_result *res;
   kf_err *e;
+  int pause; /* the visitor paused at the last record of an entry */
 } dctx;
 
 /* What inner messages of a compressed legacy wrapper inherit from it. */
@@ -66,6 +67,7 @@ static int problem(dctx *c, int code, const char *fmt, ...) {
 
 static int decode_set(dctx *c, const uint8_t *p, size_t n, int depth, const wrap *w,
                       size_t at0);
+static int v2_records(dctx *c, const kf_batch_info *b, kf_reader *r, int32_t from);
 
 int kf_headers_next(kf_reader *r, const uint8_t **k, size_t *kl, const uint8_t **v, size_t *vl) {
   if (kf_r_left(r) == 0 || r->err) return 0;
@@ -162,17 +164,61 @@ static int decode_v2(dctx *c, const uint8_t *p, size_t n, int depth, size_t at) 
   c->res->batches++;
   if (c->v->batch && c->v->batch(c->v->ud, &b)) return -1;
   kf_r_init(&r, recs, nrecs);
-  for (i = 0; i < b.count; i++) {
+  i = v2_records(c, &b, &r, 0);
+  if (i > 0) c->res->rcompressed = b.codec != KF_CODEC_NONE;
+  return i;
+}
+
+/* The records of v2 batch b from record `from` on (r at it). Returns 0,
+ * -1, or 1 when the visitor paused before the batch's end (the rest of the
+ * batch saved in c->res; a pause at its last record is c->pause). */
+static int v2_records(dctx *c, const kf_batch_info *b, kf_reader *r, int32_t from) {
+  int32_t i;
+  for (i = from; i < b->count; i++) {
     kf_record rec;
+    int rc;
     rec.crc = -1;
     rec.magic = 2;
-    rec.control = b.control;
-    if (v2_record(&r, &b, &rec))
+    rec.control = b->control;
+    if (v2_record(r, b, &rec))
       return problem(c, KF_ECORRUPT, "record %d of the batch at byte %zu (offset %lld) is malformed",
-                     (int)i, at, (long long)b.base_offset);
+                     (int)i, b->byte_offset, (long long)b->base_offset);
     c->res->records++;
-    if (c->v->record(c->v->ud, &rec)) return -1;
+    rc = c->v->record(c->v->ud, &rec);
+    if (rc == KF_REC_PAUSE) {
+      if (i + 1 < b->count) {
+        kf_rec_result *res = c->res;
+        res->paused = 1;
+        res->rleft = b->count - i - 1;
+        res->rb = *b;
+        res->rrecs = r->base + r->pos;
+        res->rlen = kf_r_left(r);
+        return 1;
+      }
+      c->pause = 1;
+    } else if (rc) {
+      return -1;
+    }
   }
+  return 0;
+}
+
+int kf_records_resume(const kf_batch_info *b, const uint8_t *recs, size_t n, int32_t left,
+                      const kf_rec_visitor *v, kf_rec_result *res, kf_err *e) {
+  dctx c;
+  kf_reader r;
+  memset(res, 0, sizeof *res);
+  memset(&c, 0, sizeof c);
+  c.v = v;
+  c.res = res;
+  c.e = e;
+  if (left <= 0 || left > b->count) {
+    kf_err_set(e, KF_EVALUE, "resume: %d records left of a batch of %d", (int)left, (int)b->count);
+    return -1;
+  }
+  kf_r_init(&r, recs, n);
+  if (v2_records(&c, b, &r, b->count - left) < 0) return -1;
+  if (c.pause) res->paused = 1; /* at the batch's last record: rleft 0 */
   return 0;
 }
 
@@ -230,7 +276,12 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
     rec.crc = crc;
     rec.magic = magic;
     c->res->records++;
-    return c->v->record(c->v->ud, &rec) ? -1 : 0;
+    {
+      int rc = c->v->record(c->v->ud, &rec);
+      if (rc == KF_REC_PAUSE) c->pause = 1; /* inside a wrapper: after the wrapper */
+      else if (rc) return -1;
+    }
+    return 0;
   } else {
     kf_batch_info b;
     kf_writer *sw;
@@ -269,9 +320,15 @@ static int decode_legacy(dctx *c, const uint8_t *p, size_t n, int depth, const w
   }
 }
 
+static int decode_set_from(dctx *c, const uint8_t *p, size_t n, size_t pos, int depth, const wrap *w,
+                           size_t at0);
 static int decode_set(dctx *c, const uint8_t *p, size_t n, int depth, const wrap *w,
                       size_t at0) {
-  size_t pos = 0;
+  return decode_set_from(c, p, n, 0, depth, w, at0);
+}
+
+static int decode_set_from(dctx *c, const uint8_t *p, size_t n, size_t pos, int depth, const wrap *w,
+                           size_t at0) {
   while (pos < n) {
     size_t left = n - pos, at = depth ? at0 : pos;
     int32_t size;
@@ -295,7 +352,12 @@ static int decode_set(dctx *c, const uint8_t *p, size_t n, int depth, const wrap
     }
     magic = p[pos + 16];
     if (magic == 2) {
-      if (decode_v2(c, p + pos, 12 + (size_t)size, depth, at)) return -1;
+      int rc = decode_v2(c, p + pos, 12 + (size_t)size, depth, at);
+      if (rc < 0) return -1;
+      if (rc > 0) {
+        c->res->resume_at = pos + 12 + (size_t)size;
+        return 0;
+      }
     } else if (magic == 0 || magic == 1) {
       if (decode_legacy(c, p + pos, 12 + (size_t)size, depth, w, at)) return -1;
     } else {
@@ -304,22 +366,41 @@ static int decode_set(dctx *c, const uint8_t *p, size_t n, int depth, const wrap
       return -1;
     }
     pos += 12 + (size_t)size;
+    if (c->pause && depth == 0) {
+      /* paused at an entry's end: worth a rest only if a complete entry follows */
+      size_t more = n - pos;
+      int32_t nsize;
+      c->pause = 0;
+      if (more < 17) continue;
+      nsize = (int32_t)kf_be32(p + pos + 8);
+      if (nsize >= 0 && !((size_t)nsize <= more - 12)) continue;
+      c->res->paused = 1;
+      c->res->resume_at = pos;
+      return 0;
+    }
   }
   return 0;
 }
 
 int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_scratch *s,
                       const kf_rec_visitor *v, kf_rec_result *res, kf_err *e) {
+  return kf_records_decode_at(p, n, 0, o, s, v, res, e);
+}
+
+int kf_records_decode_at(const uint8_t *p, size_t n, size_t start, const kf_rec_opts *o, kf_rec_scratch *s,
+                         const kf_rec_visitor *v, kf_rec_result *res, kf_err *e) {
   dctx c;
   wrap none;
   memset(res, 0, sizeof *res);
   memset(&none, 0, sizeof none);
+  c.pause = 0;
   c.o = o;
   c.s = s;
   c.v = v;
   c.res = res;
   c.e = e;
-  return decode_set(&c, p, n, 0, &none, 0);
+  if (start > n) start = n;
+  return decode_set_from(&c, p, n, start, 0, &none, 0);
 }
 
 int kf_records_scan(const uint8_t *p, size_t n, int64_t *next, size_t *batches, int64_t want, size_t *cut,

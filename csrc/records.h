@@ -43,9 +43,14 @@ typedef struct kf_record {
   int control;              /* record of a control batch */
 } kf_record;
 
+/* A record visitor's answer: this record is taken, stop after it; the
+ * decoding can be resumed (kf_rec_result's pause fields say where). */
+#define KF_REC_PAUSE 2
+
 typedef struct kf_rec_visitor {
   void *ud;
-  /* Each returns 0 to go on, nonzero to stop decoding (with e->code set). */
+  /* Each returns 0 to go on, nonzero to stop decoding (with e->code set);
+   * record may return KF_REC_PAUSE. */
   int (*batch)(void *ud, const kf_batch_info *b);
   int (*record)(void *ud, const kf_record *r);
   /* A batch was skipped (CRC mismatch, bad compression, bad records). */
@@ -66,6 +71,14 @@ typedef struct kf_rec_result {
   size_t batches;     /* v2 batches and legacy wrappers seen */
   size_t records;
   size_t problems;
+  /* The visitor paused (KF_REC_PAUSE) with more to come: */
+  int paused;
+  size_t resume_at;   /* bytes of the blob up to the complete entries not begun */
+  int32_t rleft;      /* records of the v2 batch paused inside still to read (0: none) */
+  kf_batch_info rb;   /* that batch */
+  const uint8_t *rrecs; /* its records left: in the blob, or in the scratch (rcompressed) */
+  size_t rlen;
+  int rcompressed;    /* the batch was compressed: rrecs lie in s->level[0] */
 } kf_rec_result;
 
 void kf_rec_scratch_init(kf_rec_scratch *s);
@@ -75,6 +88,17 @@ void kf_rec_scratch_free(kf_rec_scratch *s);
  * framing is corrupt (a negative size, an unknown magic) or the visitor
  * stopped. Skipped batches are reported through v->problem, not as errors. */
 int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_scratch *s,
+                      const kf_rec_visitor *v, kf_rec_result *res, kf_err *e);
+
+/* kf_records_decode from byte start of the blob on (start: a resume_at;
+ * byte offsets in messages stay the blob's). */
+int kf_records_decode_at(const uint8_t *p, size_t n, size_t start, const kf_rec_opts *o, kf_rec_scratch *s,
+                         const kf_rec_visitor *v, kf_rec_result *res, kf_err *e);
+
+/* Goes on with the records of a v2 batch paused inside (res->rb, rrecs,
+ * rlen, rleft of an earlier call); the visitor may pause again. The batch
+ * callback is not called again. Returns 0, or -1 as kf_records_decode. */
+int kf_records_resume(const kf_batch_info *b, const uint8_t *recs, size_t n, int32_t left,
                       const kf_rec_visitor *v, kf_rec_result *res, kf_err *e);
 
 /* Reads only a records blob's framing (no CRC, no records) to find where

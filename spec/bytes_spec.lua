@@ -202,6 +202,20 @@ describe("kafka.inbox", function()
     local _, f5 = s:read_frame(1000, 1000000)
     assert.is_false(proto.release(f5))
     assert.are.equal("small", tostring(f5))
+    -- a decode's rest (max_records) into a released frame raises too
+    local msgs = {}
+    for i = 1, 1000 do msgs[i] = ("m%04d"):format(i) .. ("z"):rep(100) end
+    local recs = proto.encode_records(msgs, { compression = "lz4" })
+    put(peer, frame(6, recs .. ("p"):rep(70000)))
+    local _, f6 = s:read_frame(1000, 1000000)
+    local m, info = proto.decode_records(proto.bytes(f6, 1, #recs), { max_records = 10 })
+    assert.are.equal(10, #m)
+    assert.are.equal(msgs[10], m[10].value)
+    local m2 = proto.decode_records(info.rest, { max_records = 10 })
+    assert.are.equal(msgs[11], m2[1].value)
+    assert.is_true(proto.release(f6))
+    assert.has_error(function() proto.decode_records(info.rest) end,
+      "kafka.bytes: the frame this view lies in was released (proto.release) and reused")
   end)
 
   it("TLS turns it off; direct_reads = false leaves luasocket's own reads", function()

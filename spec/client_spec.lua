@@ -377,30 +377,41 @@ describe("client against the mock cluster", function()
     assert.are.equal(0, again[1])
   end)
 
-  it("consumer: a fetch of many batches is cut at batch boundaries: no poll holds more than max_poll_records",
+  it("consumer: a poll holds max_poll_records messages exactly, a compressed batch's rest decoded by the next polls",
     function()
       -- kafka.mock answers a Fetch with every stored batch that fits
       -- (librdkafka's mock, m, with one): 10 batches of 100 records (a
       -- flush after every 100 sends) come in one answer
-      local cluster = require("kafka.mock").new { topics = { pollcut = 1 } }
-      local client = kafka.client.new { brokers = cluster:bootstrap(), socket = cluster:socket_factory() } -- luacheck: ignore
-      local p = kafka.producer.new(client)
-      for b = 0, 9 do
-        for i = 1, 100 do assert(p:send("pollcut", ("#%d "):format(b * 100 + i), { partition = 0 })) end
-        assert.are.equal(0, select(2, p:flush()))
+      for _, codec in ipairs { "none", "lz4", "zstd" } do
+        local cluster = require("kafka.mock").new { topics = { pollcut = 1 } }
+        local client = kafka.client.new { brokers = cluster:bootstrap(), socket = cluster:socket_factory() } -- luacheck: ignore
+        local p = kafka.producer.new(client, { compression = codec })
+        for b = 0, 9 do
+          for i = 1, 100 do assert(p:send("pollcut", ("#%d "):format(b * 100 + i), { partition = 0 })) end
+          assert.are.equal(0, select(2, p:flush()))
+        end
+        local c = kafka.consumer.new(client, { max_poll_records = 240 })
+        assert(c:assign { { topic = "pollcut", partition = 0, offset = 0 } })
+        local sizes, offsets, polls, positions = {}, {}, 0, {}
+        while #offsets < 1000 and polls < 50 do
+          local msgs = assert(c:poll(200))
+          polls = polls + 1
+          if #msgs > 0 then
+            sizes[#sizes + 1] = #msgs
+            positions[#positions + 1] = c:position("pollcut", 0)
+          end
+          for _, msg in ipairs(msgs) do
+            assert.are.equal(("#%d "):format(#offsets + 1), msg.value)
+            offsets[#offsets + 1] = msg.offset
+          end
+        end
+        -- 240 a poll, batches cut inside (a batch's rest comes first in the next poll)
+        assert.are.same({ 240, 240, 240, 240, 40 }, sizes, codec)
+        assert.are.same({ 240, 480, 720, 960, 1000 }, positions, codec)
+        for i = 1, 1000 do assert.are.equal(i - 1, offsets[i]) end
+        c:close()
+        client:close()
       end
-      local c = kafka.consumer.new(client, { max_poll_records = 250 })
-      assert(c:assign { { topic = "pollcut", partition = 0, offset = 0 } })
-      local sizes, offsets, polls = {}, {}, 0
-      while #offsets < 1000 and polls < 50 do
-        local msgs = assert(c:poll(200))
-        polls = polls + 1
-        if #msgs > 0 then sizes[#sizes + 1] = #msgs end
-        for _, msg in ipairs(msgs) do offsets[#offsets + 1] = msg.offset end
-      end
-      -- two batches a poll (a third would pass 250)
-      assert.are.same({ 200, 200, 200, 200, 200 }, sizes)
-      for i = 1, 1000 do assert.are.equal(i - 1, offsets[i]) end
       -- the cut in C: whole batches, at most n records, one batch at least
       local recs = proto.encode_records({ "a", "b", "c" })
       local two = recs .. proto.encode_records({ "d" }, { base_offset = 3 })
@@ -409,15 +420,14 @@ describe("client against the mock cluster", function()
       assert.is_nil(proto.records_cut(two, 4))
       assert.is_nil(proto.records_cut(recs, 1))
       assert.is_nil(proto.records_cut(two .. "trailing partial", 4))
-      c:close()
-      client:close()
     end)
 
   it("consumer: a Fetch answer's frame is released once its last partition is decoded, not before", function()
     -- one broker, so that an answer holds every partition; librdkafka's mock
-    -- answers with one batch per partition; a poll takes two partitions'
-    -- batches (the second one whole), the third waits for the next poll,
-    -- decoded from the answer's frame after other frames have been read
+    -- answers with one batch per partition; a poll takes one partition's
+    -- batch and half the next one's, the rest of that and the third wait
+    -- for the next poll, decoded from the answer's frame after other frames
+    -- have been read
     local m1 = mock.start { brokers = 1, topics = {} }
     local client1 = kafka.client.new { brokers = m1.bootstrap, client_id = "spec" }
     finally(function()

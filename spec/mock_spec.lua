@@ -47,7 +47,7 @@ local function consume_all(client, topic, want)
   for p = 0, n - 1 do a[#a + 1] = { topic = topic, partition = p, offset = "earliest" } end
   assert(c:assign(a))
   local by_part, got = {}, 0
-  for _ = 1, 200 do
+  for _ = 1, 2000 do -- (a poll holds max_poll_records, 500)
     if got >= want then break end
     for _, m in ipairs(assert(c:poll(10))) do
       by_part[m.partition] = by_part[m.partition] or {}
@@ -800,8 +800,8 @@ describe("kafka.mock in-process", function()
 
     it("pipelining: pending data is decoded before any later answer is read; pausing a partition drops it, "
       .. "resuming fetches it again from its position", function()
-      local c, cluster, offs, poll = pipelined(3, { max_poll_records = 1 })
-      -- (a poll of max_poll_records 1 takes one batch, 10 records)
+      local c, cluster, offs, poll = pipelined(3, { max_poll_records = 10 })
+      -- (a poll of max_poll_records 10 takes one batch, 10 records)
       poll()                                  -- partition 0's 0-9; its 10-19, 1 and 2 pending; the Fetch from 20 is out
       assert.are.same(range(0, 9), offs[0])
       assert.are.same({ {}, {} }, { offs[1], offs[2] })

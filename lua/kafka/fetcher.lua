@@ -156,7 +156,7 @@ end
 
 -- Handles one partition's fetch result; appends messages to out.
 -- Returns nil, err, code, kafka_code for errors the caller must see.
-function _M:_partition_result(st, pr, out)
+function _M:_partition_result(st, pr, out, room)
   local ec = pr.error_code
   if ec ~= errors.NONE then
     local e = errors.info(ec)
@@ -186,11 +186,16 @@ function _M:_partition_result(st, pr, out)
   local opts = aborted and aborted[1] and self.decode_txn or self.decode_opts
   local set = st.set
   set.high_watermark = pr.high_watermark
+  -- at most room messages (a rest is left in info.rest), unless aborted
+  -- transactions are to be dropped: kafka.txn reads a fetch's aborted list
+  -- against all of its batches at once
   opts.into, opts.set, opts.min_offset = out, set, st.offset
+  opts.max_records = opts ~= self.decode_txn and room or nil
   local before = #out
   -- (nil, message, code: the framing is broken)
   local res, info, code = proto.decode_records(raw, opts)
   opts.into, opts.set = nil, nil
+  pr.rest = res and info.rest
   if not res then
     -- the records' framing is broken: nothing in them is delivered
     for i = #out, before + 1, -1 do out[i] = nil end
@@ -241,29 +246,6 @@ function _M:_keep(st, pr, hold)
   self.pending = p
 end
 
--- A fetch result holding more than room records is cut at a batch
--- boundary (proto.records_cut): pr keeps the leading batches that hold at
--- most room records (one at least), the rest goes into a copy of pr,
--- decoded by the next polls
--- (a poll's messages stay few: a fetch of 1 MiB of well-compressed records
--- held 200,000 of them). Returns {pr = the rest, from = where it starts}
--- or nil. Never with aborted transactions to drop: kafka.txn reads a
--- fetch's aborted list against all of its batches at once.
-function _M:_cut(pr, room)
-  local raw = pr.records
-  if not raw or #raw == 0 or (pr.error_code and pr.error_code ~= errors.NONE)
-    or (self.isolation_level == 1 and pr.aborted_transactions and pr.aborted_transactions[1]) then
-    return nil
-  end
-  local cut = proto.records_cut(raw, room)
-  if not cut then return nil end
-  local rest = {}
-  for k, v in pairs(pr) do rest[k] = v end
-  rest.records = proto.bytes(raw, cut + 1)
-  pr.records, pr.fetched_to = proto.bytes(raw, 1, cut), nil
-  return { pr = rest, from = proto.records_end(pr.records) }
-end
-
 -- Decodes one partition's fetch result into out, or keeps it for the next
 -- poll once out holds max_poll_records: a poll's messages all stay alive
 -- until the caller drops them, and a big live set makes Lua's GC slow.
@@ -272,19 +254,21 @@ function _M:_settle(st, pr, out, errs, hold)
     self:_keep(st, pr, hold)
     return
   end
-  local rest = self:_cut(pr, self.max_poll_records - #out)
-  local ok, err, code, kcode = self:_partition_result(st, pr, out)
+  local ok, err, code, kcode = self:_partition_result(st, pr, out, self.max_poll_records - #out)
   if not ok then add_error(errs, st, err, code, kcode) end
+  local rest = pr.rest
   if rest then
-    -- the partition's next records wait for the next poll (its next
-    -- Fetch, pipelined or not, only once they are decoded)
-    if ok and st.offset == rest.from then
-      self:_keep(st, rest.pr, hold)
+    -- the decoder paused at max_poll_records (inside a batch, maybe): the
+    -- rest waits for the next poll (the partition's next Fetch, pipelined
+    -- or not, is read only once it is decoded)
+    pr.rest = nil
+    if ok then
+      local rpr = {}
+      for k, v in pairs(pr) do rpr[k] = v end
+      rpr.records = rest
+      self:_keep(st, rpr, hold)
       return
     end
-    -- decoding stopped elsewhere (an error): the rest is dropped, the
-    -- partition fetched again from its position (below)
-    pr.fetched_to = rest.pr.fetched_to
   end
   local sent = pr.fetched_to
   if sent and st.offset ~= sent and st.fetch_offset == sent then
