@@ -56,6 +56,56 @@ static void fz_records(const uint8_t *p, size_t n, int check_crc) {
   fz_sink += res.records + res.batches;
 }
 
+/* Pauses after every k-th record (KF_REC_PAUSE). */
+static unsigned fz_every, fz_seen;
+static int fz_record_pausing(void *u, const kf_record *r) {
+  fz_record(u, r);
+  return ++fz_seen % fz_every == 0 ? KF_REC_PAUSE : 0;
+}
+
+/* The same blob decoded pausing every k records and resuming (what a
+ * consumer's max_records does): the records seen must be the same count
+ * as in one go (abort() otherwise, so the fuzzer reports it). */
+static void fz_records_paused(const uint8_t *p, size_t n, int check_crc, unsigned k) {
+  kf_rec_visitor v = {NULL, fz_batch, fz_record_pausing, fz_problem};
+  kf_rec_visitor whole = {NULL, fz_batch, fz_record, fz_problem};
+  kf_rec_opts o;
+  kf_rec_result res, res0;
+  kf_err e = {0, {0}};
+  size_t start = 0, records = 0, rounds = 0;
+  int rc0, rc;
+  if (!fz_scratch_ready) {
+    kf_rec_scratch_init(&fz_scratch);
+    fz_scratch_ready = 1;
+  }
+  o.max_decompressed = 1u << 20;
+  o.check_crc = check_crc;
+  rc0 = kf_records_decode(p, n, &o, &fz_scratch, &whole, &res0, &e);
+  fz_every = k ? k : 1;
+  fz_seen = 0;
+  for (;;) {
+    size_t at;
+    rc = kf_records_decode_at(p, n, start, &o, &fz_scratch, &v, &res, &e);
+    records += res.records;
+    if (rc || !res.paused) break;
+    at = res.resume_at; /* (a resume's result has none: it ends at the batch) */
+    while (res.paused && res.rleft > 0) {
+      kf_batch_info b = res.rb;
+      const uint8_t *rr = res.rrecs;
+      size_t rl = res.rlen;
+      int32_t left = res.rleft;
+      rc = kf_records_resume(&b, rr, rl, left, &v, &res, &e);
+      records += res.records;
+      if (rc) break;
+    }
+    if (rc) break;
+    if (at <= start && start) abort(); /* must move on */
+    start = at;
+    if (++rounds > n + 1) abort();
+  }
+  if (rc0 == 0 && rc == 0 && records != res0.records) abort();
+}
+
 static void d_int(void *u, const kf_field *f, size_t idx, int64_t v) { (void)u, (void)f, (void)idx; fz_sink += (uint64_t)v; }
 static void d_num(void *u, const kf_field *f, size_t idx, double v) { (void)u, (void)f, (void)idx; fz_sink += (uint64_t)(v == v); }
 static void d_bool(void *u, const kf_field *f, size_t idx, int v) { (void)u, (void)f, (void)idx; fz_sink += (uint64_t)v; }

@@ -8,5 +8,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   fz_records(data + 1, size - 1, data[0] & 1);
+  fz_records_paused(data + 1, size - 1, data[0] & 1, (unsigned)(data[0] >> 1) + 1);
   return 0;
 }
