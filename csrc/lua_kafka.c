@@ -175,8 +175,19 @@ static int l_mem_stats(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)kf_mem_peak());
   return 2;
 }
+/* new_array(n) -> an empty table with room for n array items: a poll's
+ * messages go into one allocation, not into ten doublings (each a large
+ * malloc that made glibc consolidate the small chunks freed before it). */
+static int l_new_array(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n >= 0 && n <= 1 << 24, 1, "size out of range");
+  lua_createtable(L, (int)n, 0);
+  return 1;
+}
+
 static const luaL_Reg core_funcs[] = {
   {"mem_stats", l_mem_stats},
+  {"new_array", l_new_array},
   {"murmur2", l_murmur2},
   {"crc32", l_crc32},
   {"crc32c", l_crc32c},

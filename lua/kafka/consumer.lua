@@ -511,7 +511,7 @@ function _M:poll(timeout_ms)
   local client = self.client
   local now = client.now
   local deadline = now() + timeout_ms
-  local out, errs = {}, {}
+  local out, errs = proto.new_array(math.min(self.fetcher.max_poll_records, 65536)), {}
   local g = self.group
   if not g then
     if #self.fetcher.parts == 0 then

@@ -20,6 +20,7 @@ local _M = {
   records_cut = core.records_cut,
   bytes = core.bytes,
   release = core.release,
+  new_array = core.new_array,
   batch = core.batch,
   api_key = core.api_key,
   api_name = core.api_name,
