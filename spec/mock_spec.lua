@@ -987,6 +987,35 @@ describe("kafka.mock in-process", function()
       assert.are.equal(1200, t)
     end)
 
+    it("a poll whose time runs out while a connection negotiates has no error; the next poll reads", function()
+      local t = 0
+      local cluster = mock.new { brokers = 1, topics = { neg = 1 }, now = function() return t end,
+        sleep = function(ms) t = t + ms end }
+      local client = kafka.client.new { brokers = cluster:bootstrap(), socket = cluster:socket_factory(),
+        now = cluster.now, sleep = cluster.sleep }
+      local p = kafka.producer.new(client, { linger_ms = 0 })
+      for i = 1, 3 do assert(p:send("neg", "v" .. i, { partition = 0 })) end
+      assert.are.equal(0, select(2, p:flush()))
+      -- the consumer's fetch connection is new: its ApiVersions answer is held
+      cluster:delay("ApiVersions", 300)
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0 })
+      assert(c:assign { { topic = "neg", partition = 0, offset = 0 } })
+      local t0 = t
+      local msgs, err, code = c:poll(100)
+      assert.are.same({}, msgs, tostring(err) .. " " .. tostring(code))
+      assert.is_nil(msgs.errors)
+      assert.are.equal(t0 + 100, t)
+      cluster:delay("ApiVersions", 0)
+      local got = {}
+      for _ = 1, 5 do
+        for _, m in ipairs(assert(c:poll(500))) do got[#got + 1] = m.value end
+        if #got == 3 then break end
+      end
+      assert.are.same({ "v1", "v2", "v3" }, got)
+      c:close()
+      client:close()
+    end)
+
     it("commit and committed through the coordinator, with injected coordinator errors", function()
       local cluster = mock.new { brokers = 3, topics = { commits = 3 } }
       local client = new_client(cluster)

@@ -314,9 +314,15 @@ function _M:_send_fetches(deadline, errs, skip, only)
   if #items == 0 then return end
   local groups, failed = client:group(items, deadline, self.pool)
   for _, f in ipairs(failed) do
-    add_error(errs, f.item, f.err, f.code)
-    skip[f.item] = tnow + self.retry_backoff_ms
-    if f.code ~= "backoff" then client:invalidate(f.item.topic) end
+    if f.code == "timeout" and client.now() >= deadline then
+      -- the poll's time ran out while the leader's connection negotiates (it
+      -- goes on at the next poll): nothing failed
+      skip[f.item] = deadline
+    else
+      add_error(errs, f.item, f.err, f.code)
+      skip[f.item] = tnow + self.retry_backoff_ms
+      if f.code ~= "backoff" then client:invalidate(f.item.topic) end
+    end
   end
   local wait = math.floor(math.max(0, math.min(deadline - client.now(), self.fetch_max_wait_ms)))
   for _, g in ipairs(groups) do
