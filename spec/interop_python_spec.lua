@@ -105,6 +105,26 @@ describe("kafka-python interop", function()
     end
   end
 
+  it("CRC-32C of every length around the three-stream blocks (3 x 1024 bytes), at every alignment", function()
+    local r = H.rng(11)
+    local data = r.bytes(100000 + 8)
+    local cases, lines = {}, {}
+    for _, n in ipairs { 0, 1, 7, 8, 9, 1023, 3071, 3072, 3073, 3079, 3080, 6143, 6144, 6145, 9216, 9223, 100000 } do
+      for off = 1, 8, 3 do
+        local s = data:sub(off, off + n - 1)
+        cases[#cases + 1] = s
+        lines[#lines + 1] = #s > 0 and (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) or ""
+      end
+    end
+    local want = {}
+    for l in H.kp("crc32c", table.concat(lines, "\n")):gmatch("[^\n]+") do want[#want + 1] = l end
+    assert.are.equal(#cases, #want)
+    for i, s in ipairs(cases) do
+      assert.are.equal(want[i], ("%08x"):format(proto.crc32c(s)), "length " .. #s)
+      assert.are.equal(want[i], ("%08x"):format(proto.crc32c(s, "sw")), "length " .. #s .. " (tables)")
+    end
+  end)
+
   -- kafka-python 2.0.2's own defects (checked in its source): skip exactly these.
   local known_bad = {
     ["2 request 4"] = "writes current_leader_epoch as int64 (PEERS.md)",

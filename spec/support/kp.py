@@ -9,6 +9,7 @@ Usage: kp.py CMD INFILE OUTFILE [ARGS...]   (run with /usr/bin/python3)
                                   encode again); OUT: a line per case, "ok HEX" or "error MSG"
   records_encode MAGIC CODEC   -> INFILE: messages (format below); OUT: records bytes
   records_decode               -> INFILE: records bytes; OUT: messages (format below)
+  crc32c                       -> INFILE: lines of hex; OUT: a line per input, its CRC-32C in hex
 
 Messages format (big-endian): per message int64 offset, int64 timestamp,
 int32 key length (-1 null) + key, int32 value length (-1 null) + value,
@@ -183,6 +184,10 @@ def main():
                 ts = r.timestamp if r.timestamp is not None else -1
                 msgs.append((r.offset, ts, r.key, r.value, headers))
         out = write_msgs(msgs)
+    elif cmd == "crc32c":
+        from kafka.record import _crc32c
+        out = "".join("%08x\n" % _crc32c.crc(bytes.fromhex(line))
+                      for line in data.decode().split("\n") if line != "-").encode()
     else:
         raise SystemExit("unknown command " + cmd)
     with open(outf, "wb") as f:
