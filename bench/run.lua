@@ -351,9 +351,11 @@ if REAL then
         if want("e2e") then
           for r = 0, E2E_RUNS do
             rt.create_topic(admin, "real-lua-" .. tag .. r, 6, 1)
+            rt.create_topic(admin, "real-jit-" .. tag .. r, 6, 1)
             rt.create_topic(admin, "real-java-" .. tag .. r, 6, 1)
           end
           collect("real_lua54", lines(("%s lua5.4 %s/bench/e2e.lua %s real-lua-%s %s"):format(env54, ROOT, bs, tag, args)))
+          collect("real_luajit", lines(("%s luajit %s/bench/e2e.lua %s real-jit-%s %s"):format(envjit, ROOT, bs, tag, args)))
           collect("real_java", lines(("%s %s real-java-%s %s"):format(java, bs, tag, args)))
           if codec == "none" then
             -- the same over SASL_SSL, SCRAM-SHA-512 as alice (the harness's user)
@@ -519,9 +521,10 @@ if REAL then
     for _, codec in ipairs(REAL_CODECS) do
       for _, op in ipairs({ "produce", "consume" }) do
         local r = results[op .. " " .. case.size .. " " .. codec] or {}
-        real[#real + 1] = ("| %s %d x %d B %s (acks=all) | %s msg/s, %.0f MB/s | %s msg/s, %.0f MB/s | %s |"):format(op,
-          case.n, case.size, codec, M(r.real_lua54), (r.real_lua54 or 0) * case.size / 1e6, M(r.real_java),
-          (r.real_java or 0) * case.size / 1e6, ratio(r.real_lua54, r.real_java))
+        real[#real + 1] = ("| %s %d x %d B %s (acks=all) | %s msg/s, %.0f MB/s | %s msg/s | %s msg/s, %.0f MB/s | %s | %s |")
+          :format(op, case.n, case.size, codec, M(r.real_lua54), (r.real_lua54 or 0) * case.size / 1e6, M(r.real_luajit),
+            M(r.real_java), (r.real_java or 0) * case.size / 1e6, ratio(r.real_lua54, r.real_java),
+            ratio(r.real_luajit, r.real_java))
       end
     end
   end
@@ -666,8 +669,9 @@ if REAL then
   t[#t + 1] = "its defaults (linger_ms 100, 1 MiB batches) beside Kafka's Java client (linger.ms 5, batch.size 1 MiB,"
   t[#t + 1] = "max.partition.fetch.bytes 8 MiB, max.poll.records 10000), both acks=all, the same run:"
   t[#t + 1] = ""
-  t[#t + 1] = "| end to end, real broker | lua-kafka (Lua 5.4) | Java kafka-clients " .. rk.MAIN .. " | ratio |"
-  t[#t + 1] = "|---|---|---|---|"
+  t[#t + 1] = "| end to end, real broker | lua-kafka (Lua 5.4) | lua-kafka (LuaJIT) | Java kafka-clients " .. rk.MAIN
+    .. " | ratio (5.4) | ratio (LuaJIT) |"
+  t[#t + 1] = "|---|---|---|---|---|---|"
   for _, r in ipairs(real) do t[#t + 1] = r end
   t[#t + 1] = ""
   t[#t + 1] = "The cost of TLS and SASL: the uncompressed cases over the broker's SASL_SSL listener (SCRAM-SHA-512,"
