@@ -282,11 +282,21 @@ function _M:_settle(st, pr, out, errs, hold)
 end
 
 -- Decodes what earlier fetches left (dropped when the partition was
--- reassigned or sought meanwhile).
+-- reassigned or sought meanwhile). Once out is full the items left wait as
+-- they are: a poll costs what it decodes, not a step per partition pending
+-- (a 8 MiB answer holds 67 of them; polls of 500 messages of 100 B ran 20 %
+-- slower than polls of 5000 while each poll walked them all).
 function _M:_drain(out, errs)
   local pend = self.pending
   self.pending = nil
-  for _, it in ipairs(pend) do
+  local max = self.max_poll_records
+  for i, it in ipairs(pend) do
+    if #out >= max then
+      local p = self.pending or {}
+      for j = i, #pend do p[#p + 1] = pend[j] end
+      self.pending = p
+      return
+    end
     local st = it.st
     if self.index[pkey(st.topic, st.partition)] == st and st.epoch == it.epoch then
       if st.paused then rewind(st) else self:_settle(st, it.pr, out, errs, it.hold) end
