@@ -76,6 +76,33 @@ static inline void *kf_luaL_testudata(lua_State *L, int i, const char *tname) {
 #define kf_setuv(L, i) ((void)lua_setfenv(L, (i)))
 #endif
 
+/* A userdata's link to another value (what keeps it alive): its user value,
+ * in a table on Lua 5.1, where a user value must be a table. kf_setlink
+ * pops the value on top into the userdata at ud; kf_pushlink pushes it
+ * (nil when none). */
+static inline void kf_setlink(lua_State *L, int ud) {
+  ud = lua_absindex(L, ud);
+#if LUA_VERSION_NUM < 503
+  lua_createtable(L, 1, 0);
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, 1);
+#endif
+  kf_setuv(L, ud);
+}
+
+static inline void kf_pushlink(lua_State *L, int ud) {
+  kf_getuv(L, ud);
+#if LUA_VERSION_NUM < 503
+  if (lua_istable(L, -1)) {
+    lua_rawgeti(L, -1, 1);
+    lua_remove(L, -2);
+  } else {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
+#endif
+}
+
 #if LUA_VERSION_NUM >= 503
 static inline void kf_pushi64(lua_State *L, int64_t v) { lua_pushinteger(L, (lua_Integer)v); }
 /* Reads an int64 at idx: 1 on success, 0 when it is not an integral number. */

@@ -50,34 +50,6 @@ static kbytes *live_bytes(lua_State *L, int idx) {
   return b;
 }
 
-/* Sets the value on top as the link of the userdata at ud (a user value; in
- * a table on Lua 5.1, where a user value must be a table); pops it. */
-static void set_link(lua_State *L, int ud) {
-  ud = lua_absindex(L, ud);
-#if LUA_VERSION_NUM >= 503
-  kf_setuv(L, ud);
-#else
-  lua_createtable(L, 1, 0);
-  lua_insert(L, -2);
-  lua_rawseti(L, -2, 1);
-  kf_setuv(L, ud);
-#endif
-}
-
-/* Pushes the link of the userdata at ud (nil when none). */
-static void push_link(lua_State *L, int ud) {
-  kf_getuv(L, ud);
-#if LUA_VERSION_NUM < 503
-  if (lua_istable(L, -1)) {
-    lua_rawgeti(L, -1, 1);
-    lua_remove(L, -2);
-  } else {
-    lua_pop(L, 1);
-    lua_pushnil(L);
-  }
-#endif
-}
-
 /* The bytes at idx (a string or a kafka.bytes), or NULL. */
 const uint8_t *kfl_tobytes(lua_State *L, int idx, size_t *n) {
   kbytes *b;
@@ -103,7 +75,6 @@ void kfl_push_view(lua_State *L, const uint8_t *p, size_t n, int owner) {
   o = (kbytes *)luaL_testudata(L, owner, BYTES_MT);
   b = (kbytes *)kf_newuserdata_uv(L, sizeof(kbytes));
   b->p = p;
-  b->n = 0;
   b->size = b->cap = 0;
   b->kind = K_VIEW;
   b->released = 0;
@@ -112,7 +83,7 @@ void kfl_push_view(lua_State *L, const uint8_t *p, size_t n, int owner) {
   b->gen = b->root ? b->root->gen : 0;
   b->n = n;
   lua_pushvalue(L, owner);
-  set_link(L, -2);
+  kf_setlink(L, -2);
   luaL_setmetatable(L, BYTES_MT);
 }
 
@@ -166,12 +137,12 @@ static int l_bytes_release(lua_State *L) {
     }
     /* the frame object: up the chain of owners */
     lua_settop(L, 1);
-    while (((kbytes *)lua_touserdata(L, -1))->kind == K_VIEW) push_link(L, -1);
+    while (((kbytes *)lua_touserdata(L, -1))->kind == K_VIEW) kf_pushlink(L, -1);
   } else {
     lua_settop(L, 1);
   }
   fr = (kbytes *)lua_touserdata(L, -1);
-  push_link(L, -1); /* the inbox, for a frame worth keeping */
+  kf_pushlink(L, -1); /* the inbox, for a frame worth keeping */
   if (fr->released || !luaL_testudata(L, -1, INBOX_MT)) {
     lua_pushboolean(L, 0);
     return 1;
@@ -370,7 +341,7 @@ static int l_inbox_frame(lua_State *L) {
       luaL_setmetatable(L, BYTES_MT);
       if ((size_t)size >= KEEP_MIN) {
         lua_pushvalue(L, 1); /* the inbox it goes back to (proto.release) */
-        set_link(L, -2);
+        kf_setlink(L, -2);
       }
     }
     ib->head += 4;

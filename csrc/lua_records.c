@@ -637,15 +637,8 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
       lua_settop(L, base);
       return -1;
     }
-    if (res.paused && res.rleft == 0) {
-      /* paused at the batch's end: a rest only if a complete batch follows */
-      int64_t nx;
-      size_t nb = 0;
-      kf_err se;
-      KF_ERR_INIT(se);
-      if (x->start >= n || kf_records_scan(p + x->start, n - x->start, &nx, &nb, 0, NULL, &se) || nb == 0)
-        res.paused = 0;
-    }
+    /* paused at the batch's end: a rest only if a complete entry follows */
+    if (res.paused && res.rleft == 0 && !kf_records_entry_follows(p, n, x->start)) res.paused = 0;
     x->rest_in_batch = res.paused;
   }
   if (!res.paused && !c.stopped && (!x || x->start < n)) {
@@ -720,26 +713,6 @@ typedef struct lcursor {
   kf_writer own;         /* the batch's records decompressed (empty when it was not compressed) */
 } lcursor;
 
-/* The rest's blob: the user value (in a table on Lua 5.1). */
-static void set_anchor(lua_State *L, int blob) {
-#if LUA_VERSION_NUM >= 503
-  lua_pushvalue(L, blob);
-#else
-  lua_createtable(L, 1, 0);
-  lua_pushvalue(L, blob);
-  lua_rawseti(L, -2, 1);
-#endif
-  kf_setuv(L, -2);
-}
-
-static void push_anchor(lua_State *L, int idx) {
-  kf_getuv(L, idx);
-#if LUA_VERSION_NUM < 503
-  lua_rawgeti(L, -1, 1);
-  lua_remove(L, -2);
-#endif
-}
-
 static int l_rest_gc(lua_State *L) {
   lcursor *c = (lcursor *)luaL_checkudata(L, 1, CURSOR_MT);
   kf_w_free(&c->own);
@@ -779,7 +752,7 @@ static int l_decode_records(lua_State *L) {
   lua_settop(L, 2);
   if (from) {
     /* a rest: its blob (3), from where it stopped */
-    push_anchor(L, 1);
+    kf_pushlink(L, 1);
     p = kfl_checkbytes(L, 3, &n);
     x.start = from->start;
     x.rb = &from->b;
@@ -817,7 +790,8 @@ static int l_decode_records(lua_State *L) {
       memset(cur, 0, sizeof *cur);
       kf_w_init(&cur->own);
       luaL_setmetatable(L, CURSOR_MT);
-      set_anchor(L, 1);
+      lua_pushvalue(L, 1); /* the blob: kept alive */
+      kf_setlink(L, -2);
     } else {
       lua_pushvalue(L, 1);
     }

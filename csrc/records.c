@@ -114,7 +114,7 @@ static int decode_v2(dctx *c, const uint8_t *p, size_t n, int depth, size_t at) 
   const uint8_t *recs;
   size_t nrecs;
   int16_t attr;
-  int32_t i;
+  int rc;
   if (depth > 0) return problem(c, KF_ECORRUPT, "record batch inside a legacy wrapper at byte %zu", at);
   if (n < KF_V2_HEADER)
     return problem(c, KF_ECORRUPT, "record batch at byte %zu is %zu bytes, shorter than its header", at, n);
@@ -164,9 +164,9 @@ static int decode_v2(dctx *c, const uint8_t *p, size_t n, int depth, size_t at) 
   c->res->batches++;
   if (c->v->batch && c->v->batch(c->v->ud, &b)) return -1;
   kf_r_init(&r, recs, nrecs);
-  i = v2_records(c, &b, &r, 0);
-  if (i > 0) c->res->rcompressed = b.codec != KF_CODEC_NONE;
-  return i;
+  rc = v2_records(c, &b, &r, 0);
+  if (rc > 0) c->res->rcompressed = b.codec != KF_CODEC_NONE;
+  return rc;
 }
 
 /* The records of v2 batch b from record `from` on (r at it). Returns 0,
@@ -368,18 +368,24 @@ static int decode_set_from(dctx *c, const uint8_t *p, size_t n, size_t pos, int 
     pos += 12 + (size_t)size;
     if (c->pause && depth == 0) {
       /* paused at an entry's end: worth a rest only if a complete entry follows */
-      size_t more = n - pos;
-      int32_t nsize;
       c->pause = 0;
-      if (more < 17) continue;
-      nsize = (int32_t)kf_be32(p + pos + 8);
-      if (nsize >= 0 && !((size_t)nsize <= more - 12)) continue;
+      if (!kf_records_entry_follows(p, n, pos)) continue;
       c->res->paused = 1;
       c->res->resume_at = pos;
       return 0;
     }
   }
   return 0;
+}
+
+int kf_records_entry_follows(const uint8_t *p, size_t n, size_t pos) {
+  size_t more;
+  int32_t size;
+  if (pos > n) return 0;
+  more = n - pos;
+  if (more < 17) return 0; /* offset, size, crc/epoch, magic */
+  size = (int32_t)kf_be32(p + pos + 8);
+  return size < 0 || (size_t)size <= more - 12; /* (a negative size: the decoder reports it) */
 }
 
 int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_scratch *s,

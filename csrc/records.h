@@ -95,6 +95,12 @@ int kf_records_decode(const uint8_t *p, size_t n, const kf_rec_opts *o, kf_rec_s
 int kf_records_decode_at(const uint8_t *p, size_t n, size_t start, const kf_rec_opts *o, kf_rec_scratch *s,
                          const kf_rec_visitor *v, kf_rec_result *res, kf_err *e);
 
+/* Does a complete entry (batch or message) start at byte pos of the blob,
+ * or framing the decoder will report as broken? A pause leaves a rest only
+ * then: a lone partial batch after it must not look like a batch larger
+ * than the fetch asked for. */
+int kf_records_entry_follows(const uint8_t *p, size_t n, size_t pos);
+
 /* Goes on with the records of a v2 batch paused inside (res->rb, rrecs,
  * rlen, rleft of an earlier call); the visitor may pause again. The batch
  * callback is not called again. Returns 0, or -1 as kf_records_decode. */

@@ -283,9 +283,8 @@ end
 
 -- Decodes what earlier fetches left (dropped when the partition was
 -- reassigned or sought meanwhile). Once out is full the items left wait as
--- they are: a poll costs what it decodes, not a step per partition pending
--- (a 8 MiB answer holds 67 of them; polls of 500 messages of 100 B ran 20 %
--- slower than polls of 5000 while each poll walked them all).
+-- they are: a poll costs what it decodes, not a new table per partition
+-- still pending (an 8 MiB answer holds 67 of them).
 function _M:_drain(out, errs)
   local pend = self.pending
   self.pending = nil
