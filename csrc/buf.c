@@ -129,17 +129,22 @@ size_t kf_mem_peak(void) { return mem_peak; }
 void kf_mem_reset_peak(void) { mem_peak = mem_current; }
 
 /*
- * A few freed large buffers are kept for the next writer. Without it every
+ * Freed large buffers are kept for the next writers. Without it every
  * call that builds a big frame gets fresh pages from the kernel (glibc
  * trims its heap on free; under LuaJIT nothing else lives there) and the
- * page faults cost more than the encoding. Per thread, at most
- * CACHE_SLOTS buffers of at most CACHE_MAX bytes.
+ * page faults cost more than the encoding. The producer's builders (one
+ * per partition, up to 1 MiB each, freed once acknowledged) are the main
+ * users: with 3 slots, sending 1 KiB messages to 200 partitions spent 11 %
+ * of its time clearing fresh pages, with 32 slots 4 %. Per thread, at most
+ * CACHE_SLOTS buffers of CACHE_MIN..CACHE_MAX bytes, CACHE_TOTAL in all.
  */
-#define CACHE_SLOTS 3
+#define CACHE_SLOTS 32
 #define CACHE_MIN (64u << 10)
 #define CACHE_MAX (32u << 20)
+#define CACHE_TOTAL (32u << 20)
 static __thread uint8_t *cache_buf[CACHE_SLOTS];
 static __thread size_t cache_cap[CACHE_SLOTS];
+static __thread size_t cache_total;
 
 /* Takes the largest cached buffer, or NULL. */
 static uint8_t *cache_take(size_t *cap) {
@@ -151,10 +156,12 @@ static uint8_t *cache_take(size_t *cap) {
   b = cache_buf[best];
   *cap = cache_cap[best];
   cache_buf[best] = NULL;
+  cache_total -= *cap;
   return b;
 }
 
-/* Keeps buf for reuse when it is worth it; returns 1 when kept. */
+/* Keeps buf for reuse when it is worth it (in place of a smaller one when
+ * full); returns 1 when kept. */
 static int cache_put(uint8_t *buf, size_t cap) {
   int i, small = -1;
   if (cap < CACHE_MIN || cap > CACHE_MAX) return 0;
@@ -168,9 +175,13 @@ static int cache_put(uint8_t *buf, size_t cap) {
   if (cache_buf[small]) {
     if (cache_cap[small] >= cap) return 0;
     free(cache_buf[small]);
+    cache_total -= cache_cap[small];
+    cache_buf[small] = NULL;
   }
+  if (cap > CACHE_TOTAL - cache_total) return 0;
   cache_buf[small] = buf;
   cache_cap[small] = cap;
+  cache_total += cap;
   return 1;
 }
 
@@ -262,7 +273,8 @@ size_t kf_varlong_size(int64_t v) {
   return kf_uvarint_size(zigzag64(v));
 }
 
-void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n) {
+/* The prefix (null when p is NULL), then the bytes when copy. */
+static void lenbytes(kf_writer *w, int kind, const void *p, size_t n, int copy) {
   if (w->err) return;
   switch (kind) {
   case 16:
@@ -286,8 +298,13 @@ void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n) {
     kf_w_varint(w, (int32_t)n);
     break;
   }
-  kf_w_bytes(w, p, n);
+  if (copy) kf_w_bytes(w, p, n);
 }
+
+void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n) { lenbytes(w, kind, p, n, 1); }
+
+/* The length prefix of n bytes that are not null; the bytes go elsewhere. */
+void kf_w_lenprefix(kf_writer *w, int kind, size_t n) { lenbytes(w, kind, "", n, 0); }
 
 void kf_w_count(kf_writer *w, int kind, size_t n, int is_null) {
   if (kind == 'c') {

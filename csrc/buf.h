@@ -217,6 +217,9 @@ size_t kf_varlong_size(int64_t v);
 /* Writes a length-prefixed string (kind as in kf_r_lenbytes); p == NULL is
  * null. Sets KF_EVALUE when the length does not fit the prefix. */
 void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n);
+/* Only the length prefix of n bytes (not null) that the caller sends
+ * from elsewhere (a request frame in pieces, lua_schema.c). */
+void kf_w_lenprefix(kf_writer *w, int kind, size_t n);
 /* Array count prefix; null when is_null. */
 void kf_w_count(kf_writer *w, int kind, size_t n, int is_null);
 /* Reserves a slot of n bytes and returns its offset. */

@@ -146,6 +146,32 @@ uint32_t kf_crc32c_hw(uint32_t crc, const void *p, size_t n) { return kf_crc32c_
 
 uint32_t kf_crc32c(uint32_t crc, const void *p, size_t n) { return kf_crc32c_hw(crc, p, n); }
 
+/* a(x) * b(x) modulo the CRC-32C polynomial, both bit-reflected as the
+ * CRC register is (bit 31 holds x^0): b times x is a right shift, and the
+ * x^32 that falls out comes back as the polynomial's low terms. */
+static uint32_t gf2_mul(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+  int i;
+  for (i = 0; i < 32; i++) {
+    if (a & (0x80000000u >> i)) p ^= b;
+    b = (b >> 1) ^ (0x82F63B78u & (0u - (b & 1)));
+  }
+  return p;
+}
+
+/* CRC(A || B) from CRC(A) and CRC(B): A's register carried over |B| zero
+ * bytes is A times x^(8|B|) (by squaring); the conditioning of both
+ * cancels as in zlib's crc32_combine. */
+uint32_t kf_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2) {
+  uint32_t xn = 0x80000000u, sq = 0x00800000u; /* x^0, x^8 */
+  while (len2) {
+    if (len2 & 1) xn = gf2_mul(xn, sq);
+    sq = gf2_mul(sq, sq);
+    len2 >>= 1;
+  }
+  return gf2_mul(xn, crc1) ^ crc2;
+}
+
 uint32_t kf_murmur2(const void *p, size_t n) {
   const uint8_t *d = (const uint8_t *)p;
   const uint32_t m = 0x5bd1e995u;

@@ -6,7 +6,10 @@
  *                partition's records, decode option raw_records = "view");
  *   kafka.inbox  a luasocket descriptor read with readv() straight into
  *                each frame's own memory, the bytes after a frame kept in
- *                a read-ahead buffer for the next.
+ *                a read-ahead buffer for the next; and written with
+ *                sendmsg() from a request frame in pieces:
+ *   kafka.outframe  a Produce frame whose uncompressed records stay in
+ *                their builders (encode_request's gather option).
  * Through luasocket, a 1 MiB Fetch answer was copied five times before a
  * decoder saw it (luasocket's buffer, its luaL_Buffer and the growth of
  * that, the string, the join of the pieces) and each partition's records
@@ -16,6 +19,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +28,8 @@
 
 #define BYTES_MT "kafka.bytes"
 #define INBOX_MT "kafka.inbox"
+#define OUTFRAME_MT "kafka.outframe"
+#define IOV_BATCH 64 /* pieces per sendmsg() */
 #define SPARE 65536 /* read-ahead: the small answers queued behind a frame, in one read */
 #define KEEP_MIN 65536 /* a frame below this is never kept for reuse (malloc's free lists serve it) */
 
@@ -118,6 +124,135 @@ static int l_bytes_new(lua_State *L) {
   return 1;
 }
 
+/* ------------------------------------------------- frames in pieces */
+
+kfl_outframe *kfl_outframe_new(lua_State *L) {
+  kfl_outframe *of = (kfl_outframe *)kf_newuserdata_uv(L, sizeof(kfl_outframe));
+  kf_w_init(&of->w);
+  of->pieces = NULL;
+  of->npieces = of->cap = of->ext = 0;
+  luaL_setmetatable(L, OUTFRAME_MT);
+  lua_newtable(L); /* the builders, alive while the frame is */
+  kf_setuv(L, -2);
+  return of;
+}
+
+void kfl_outframe_add(lua_State *L, int ofidx, int bidx, kfl_outframe *of, const lbatch *lb) {
+  kfl_piece *pc;
+  if (of->npieces == of->cap) {
+    size_t cap = of->cap ? of->cap * 2 : 16;
+    kfl_piece *np = (kfl_piece *)realloc(of->pieces, cap * sizeof(kfl_piece));
+    if (!np) luaL_error(L, "out of memory");
+    of->pieces = np;
+    of->cap = cap;
+  }
+  kf_getuv(L, ofidx);
+  lua_pushvalue(L, bidx);
+  lua_rawseti(L, -2, (int)of->npieces + 1); /* may raise: the piece is not counted yet */
+  lua_pop(L, 1);
+  pc = &of->pieces[of->npieces++];
+  pc->at = of->w.len;
+  pc->lb = lb;
+  pc->p = lb->b.body.buf;
+  pc->n = lb->b.body.len;
+  pc->clears = lb->clears;
+  of->ext += pc->n;
+}
+
+/* The frame in pieces at idx, its builders checked to be as they were
+ * when it was encoded (raises: it would send other bytes than its size
+ * and CRCs say). Raises when released. */
+static kfl_outframe *check_outframe(lua_State *L, int idx) {
+  kfl_outframe *of = (kfl_outframe *)luaL_checkudata(L, idx, OUTFRAME_MT);
+  size_t i;
+  if (!of->w.buf) luaL_error(L, "kafka.outframe: released (proto.release)");
+  for (i = 0; i < of->npieces; i++) {
+    const kfl_piece *pc = &of->pieces[i];
+    if (!pc->lb->live || pc->lb->clears != pc->clears || pc->lb->b.body.buf != pc->p ||
+        pc->lb->b.body.len != pc->n)
+      luaL_error(L, "kafka.outframe: a builder of this frame changed after encode_request");
+  }
+  return of;
+}
+
+/* Fills v (at most max entries) with the frame's bytes from byte off on;
+ * returns the entries used. */
+static int outframe_iov(const kfl_outframe *of, size_t off, struct iovec *v, int max) {
+  int nv = 0;
+  size_t i, from = 0, pos = 0; /* pos: bytes of the frame before w->buf[from] */
+  for (i = 0; i <= of->npieces && nv < max; i++) {
+    size_t to = i < of->npieces ? of->pieces[i].at : of->w.len;
+    const uint8_t *pp = i < of->npieces ? of->pieces[i].p : NULL;
+    size_t pn = i < of->npieces ? of->pieces[i].n : 0;
+    size_t own = to - from;
+    if (off < pos + own) {
+      size_t skip = off > pos ? off - pos : 0;
+      v[nv].iov_base = (void *)(of->w.buf + from + skip);
+      v[nv].iov_len = own - skip;
+      nv++;
+    }
+    pos += own;
+    if (pn && nv < max && off < pos + pn) {
+      size_t skip = off > pos ? off - pos : 0;
+      v[nv].iov_base = (void *)(pp + skip);
+      v[nv].iov_len = pn - skip;
+      nv++;
+    }
+    pos += pn;
+    from = to;
+  }
+  return nv;
+}
+
+static int l_outframe_len(lua_State *L) {
+  kfl_outframe *of = check_outframe(L, 1);
+  lua_pushinteger(L, (lua_Integer)(of->w.len + of->ext));
+  return 1;
+}
+
+/* tostring(frame) -> its bytes joined (a copy: what a socket without a
+ * descriptor, TLS or a cosocket, sends). */
+static int l_outframe_tostring(lua_State *L) {
+  kfl_outframe *of = check_outframe(L, 1);
+  struct iovec v[IOV_BATCH];
+  size_t off = 0, total = of->w.len + of->ext;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  while (off < total) {
+    int i, nv = outframe_iov(of, off, v, IOV_BATCH);
+    for (i = 0; i < nv; i++) {
+      luaL_addlstring(&b, (const char *)v[i].iov_base, v[i].iov_len);
+      off += v[i].iov_len;
+    }
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
+static void outframe_free(kfl_outframe *of) {
+  kf_w_free(&of->w);
+  free(of->pieces);
+  of->pieces = NULL;
+  of->npieces = of->cap = of->ext = 0;
+}
+
+static int l_outframe_gc(lua_State *L) {
+  outframe_free((kfl_outframe *)luaL_checkudata(L, 1, OUTFRAME_MT));
+  return 0;
+}
+
+/* proto.release(frame in pieces): its memory goes back at once (to the
+ * writers' cache), its builders are let go; the frame is void. */
+static int outframe_release(lua_State *L) {
+  kfl_outframe *of = (kfl_outframe *)lua_touserdata(L, 1);
+  int had = of->w.buf != NULL;
+  outframe_free(of);
+  lua_newtable(L);
+  kf_setuv(L, 1);
+  lua_pushboolean(L, had);
+  return 1;
+}
+
 /* proto.release(bytes) -> true | false: the frame bytes (a frame or a view
  * into one) lies in is done with: its memory is kept by the inbox that read
  * it and the next frame big enough is read into it, not into fresh pages
@@ -128,8 +263,9 @@ static int l_bytes_new(lua_State *L) {
  * For the frame's last user: the fetcher, once it has decoded a Fetch
  * answer's every partition. */
 static int l_bytes_release(lua_State *L) {
-  kbytes *b = (kbytes *)luaL_checkudata(L, 1, BYTES_MT);
-  kbytes *fr, *spare;
+  kbytes *b, *fr, *spare;
+  if (luaL_testudata(L, 1, OUTFRAME_MT)) return outframe_release(L);
+  b = (kbytes *)luaL_checkudata(L, 1, BYTES_MT);
   if (b->kind == K_VIEW) {
     if (!b->root || b->root->gen != b->gen) {
       lua_pushboolean(L, 0);
@@ -395,6 +531,77 @@ static int l_inbox_receive(lua_State *L) {
   return 1;
 }
 
+/* Waits until fd takes bytes or the deadline passes (-1: none): RD_OK,
+ * RD_TIMEOUT or RD_ERROR. */
+static int wait_writable(int fd, int64_t deadline) {
+  for (;;) {
+    struct pollfd pfd;
+    int64_t left = deadline < 0 ? -1 : deadline - mono_ms();
+    int pr;
+    if (deadline >= 0 && left <= 0) return RD_TIMEOUT;
+    pfd.fd = fd;
+    pfd.events = POLLOUT;
+    pfd.revents = 0;
+    pr = poll(&pfd, 1, left > 2147483647 ? 2147483647 : (int)left);
+    if (pr > 0) return RD_OK;
+    if (pr == 0) return RD_TIMEOUT;
+    if (errno != EINTR) return RD_ERROR;
+  }
+}
+
+/* ib:write(frame, timeout_ms) -> true | nil, err, sent: the whole frame
+ * (a string, a kafka.bytes or a kafka.outframe) on the descriptor, as
+ * luasocket's send() (err "timeout", "closed" or the system's message;
+ * sent: the bytes that went, a frame cut short). sendmsg() takes the
+ * pieces of a frame as they lie; MSG_NOSIGNAL: a peer gone is an error,
+ * not SIGPIPE. */
+static int l_inbox_write(lua_State *L) {
+  inbox *ib = check_inbox(L);
+  int64_t deadline = deadline_of(L, 3);
+  kfl_outframe one, *of = luaL_testudata(L, 2, OUTFRAME_MT) ? check_outframe(L, 2) : NULL;
+  size_t off = 0, total;
+  if (!of) { /* one run of bytes: a frame without pieces around it */
+    size_t n;
+    const uint8_t *p = kfl_checkbytes(L, 2, &n);
+    one.w.buf = (uint8_t *)p;
+    one.w.len = one.w.cap = n;
+    one.w.err = 0;
+    one.pieces = NULL;
+    one.npieces = one.cap = one.ext = 0;
+    of = &one;
+  }
+  total = of->w.len + of->ext;
+  while (off < total) {
+    struct iovec v[IOV_BATCH];
+    struct msghdr mh;
+    ssize_t r;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = v;
+    mh.msg_iovlen = (size_t)outframe_iov(of, off, v, IOV_BATCH);
+    r = sendmsg(ib->fd, &mh, MSG_NOSIGNAL);
+    if (r >= 0) {
+      off += (size_t)r;
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int rc = wait_writable(ib->fd, deadline);
+      if (rc == RD_OK) continue;
+      lua_pushnil(L);
+      if (rc == RD_TIMEOUT) lua_pushliteral(L, "timeout");
+      else lua_pushstring(L, strerror(errno));
+    } else {
+      lua_pushnil(L);
+      if (errno == EPIPE || errno == ECONNRESET) lua_pushliteral(L, "closed");
+      else lua_pushstring(L, strerror(errno));
+    }
+    lua_pushinteger(L, (lua_Integer)off);
+    return 3;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* ib:close(): forgets the descriptor (its socket closes it). */
 static int l_inbox_close(lua_State *L) {
   inbox *ib = (inbox *)luaL_checkudata(L, 1, INBOX_MT);
@@ -420,6 +627,7 @@ static int l_inbox_new(lua_State *L) {
 static const luaL_Reg inbox_methods[] = {
   {"frame", l_inbox_frame},
   {"receive", l_inbox_receive},
+  {"write", l_inbox_write},
   {"close", l_inbox_close},
   {NULL, NULL}
 };
@@ -431,6 +639,16 @@ void kfl_open_bytes(lua_State *L) {
   lua_pushcfunction(L, l_bytes_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pushliteral(L, BYTES_MT);
+  lua_setfield(L, -2, "__name");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, OUTFRAME_MT);
+  lua_pushcfunction(L, l_outframe_len);
+  lua_setfield(L, -2, "__len");
+  lua_pushcfunction(L, l_outframe_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, l_outframe_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushliteral(L, OUTFRAME_MT);
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);
   luaL_newmetatable(L, INBOX_MT);

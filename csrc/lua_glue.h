@@ -96,7 +96,11 @@ typedef struct lbatch {
   int64_t acc, limit;
   int64_t *runs;       /* first, count, first, count, ... */
   size_t nruns, capruns; /* int64 slots used, allocated */
+  unsigned clears;     /* b:clear()s so far: a frame in pieces checks its builders are unchanged */
 } lbatch;
+/* The builder at idx when a frame in pieces can send its records as they
+ * are (magic 2, uncompressed, not empty), else NULL. */
+lbatch *kfl_batch_gatherable(lua_State *L, int idx);
 /* Appends a message to lb with the producer's accounting: 1 added, 0 full
  * (nothing added), -1 bad data (e set). Stack indices of value, key,
  * headers, timestamp (0: absent). Raises on misuse. */
@@ -114,6 +118,30 @@ const uint8_t *kfl_checkbytes(lua_State *L, int idx, size_t *n);
 /* Pushes a kafka.bytes view of p[0..n), which lies inside the string or
  * kafka.bytes at owner (kept alive by the view). */
 void kfl_push_view(lua_State *L, const uint8_t *p, size_t n, int owner);
+/* A request frame in pieces (encode_request's gather option), the
+ * inbox's counterpart: its own bytes in w, and after byte at of them the
+ * records of a builder, sent from the builder's memory with sendmsg()
+ * (an uncompressed Produce was copied twice more: into the frame, and
+ * the frame into a Lua string). The builders are kept alive by the
+ * frame's user value and must not change until it is sent. */
+typedef struct kfl_piece {
+  size_t at;          /* where in w the piece goes */
+  const lbatch *lb;   /* its builder, and the state it was taken in: */
+  const uint8_t *p;
+  size_t n;
+  unsigned clears;
+} kfl_piece;
+typedef struct kfl_outframe {
+  kf_writer w;
+  kfl_piece *pieces;
+  size_t npieces, cap;
+  size_t ext; /* bytes in the pieces */
+} kfl_outframe;
+/* Pushes a new, empty frame in pieces. */
+kfl_outframe *kfl_outframe_new(lua_State *L);
+/* Adds the records of the builder lb at stack index bidx after what of->w
+ * holds now (of at stack index ofidx). Raises when out of memory. */
+void kfl_outframe_add(lua_State *L, int ofidx, int bidx, kfl_outframe *of, const lbatch *lb);
 /* Sets bytes and inbox into the table on top; makes their metatables. */
 void kfl_open_bytes(lua_State *L);
 

@@ -223,6 +223,7 @@ static int l_batch(lua_State *L) {
   lb->limit = limit;
   lb->runs = NULL;
   lb->nruns = lb->capruns = 0;
+  lb->clears = 0;
   lb->live = 1;
   luaL_setmetatable(L, BATCH_MT);
   return 1;
@@ -343,6 +344,7 @@ static int l_batch_stamp(lua_State *L) {
 static int l_batch_clear(lua_State *L) {
   lbatch *lb = check_batch(L);
   kf_batch_clear(&lb->b);
+  lb->clears++;
   lb->acc = 0;
   lb->nruns = 0;
   lua_settop(L, 1);
@@ -381,6 +383,12 @@ int kfl_encode_records_value(lua_State *L, int idx, int magic, box *bx, kf_write
   lb = (lbatch *)luaL_checkudata(L, idx, BATCH_MT);
   if (!lb->live) luaL_error(L, "record batch builder is closed");
   return kf_batch_encode(&lb->b, &lb->stamp, out, e);
+}
+
+lbatch *kfl_batch_gatherable(lua_State *L, int idx) {
+  lbatch *lb = (lbatch *)luaL_testudata(L, idx, BATCH_MT);
+  if (!lb || !lb->live || lb->b.magic != 2 || lb->b.codec != KF_CODEC_NONE) return NULL;
+  return lb->b.count > 0 && !lb->b.body.err ? lb : NULL;
 }
 
 /* ------------------------------------------------------ records decoding */

@@ -51,6 +51,8 @@ typedef struct lenc {
   lua_State *L;
   box *bx;
   int magic; /* records format of the message being encoded */
+  kfl_outframe *of; /* a frame in pieces (NULL: one run of bytes) */
+  int of_idx;       /* its stack index */
 } lenc;
 
 /* Pushes the value of field f of the current table (or the current array
@@ -146,6 +148,13 @@ static int e_records(void *u, const kf_field *f, kf_writer *w, int kind, int nul
     size_t n;
     const char *p = lua_tolstring(L, -1, &n);
     kf_w_lenbytes(w, kind, p, n);
+  } else if (c->of && (kind == 32 || kind == 'c') && kfl_batch_gatherable(L, -1)) {
+    /* the records stay in the builder: only their size and batch header
+     * go into the frame */
+    lbatch *lb = kfl_batch_gatherable(L, -1);
+    kf_w_lenprefix(w, kind, KF_V2_HEADER + lb->b.body.len);
+    rc = kf_batch_encode_head(&lb->b, &lb->stamp, w, e);
+    if (!rc && !w->err) kfl_outframe_add(L, c->of_idx, lua_gettop(L), c->of, lb);
   } else if (kfl_is_records(L, -1)) {
     /* An int32 length is back-patched: the records go straight into the
      * frame. A compact length is a varint of unknown size: go through tmp. */
@@ -171,38 +180,46 @@ static int e_records(void *u, const kf_field *f, kf_writer *w, int kind, int nul
 static const kf_enc_ops lua_enc_ops = {e_get_int, e_get_num,  e_get_bool, e_get_bytes, e_enter,
                                        e_enter_elem, e_leave, e_has,      e_records};
 
-/* Encodes the body table at idx; raises on misuse, returns 0 or -1. */
+/* Encodes the body table at idx into w (bx->w or the frame in pieces at
+ * of_idx); raises on misuse, returns 0 or -1. */
 static int encode_body(lua_State *L, int idx, const kf_struct *s, int version, int flex, int magic,
-                       box *bx, kf_err *e) {
+                       box *bx, kf_writer *w, kfl_outframe *of, int of_idx, kf_err *e) {
   lenc c;
   int rc;
   c.L = L;
   c.bx = bx;
   c.magic = magic;
+  c.of = of;
+  c.of_idx = of_idx;
   if (!lua_isnil(L, idx) && lua_type(L, idx) != LUA_TTABLE)
     luaL_error(L, "body must be a table");
   lua_pushvalue(L, idx);
-  rc = kf_schema_encode(s, version, flex, &lua_enc_ops, &c, &bx->w, e);
+  rc = kf_schema_encode(s, version, flex, &lua_enc_ops, &c, w, e);
   lua_pop(L, 1);
   if (rc && (e->code == KF_EVALUE || e->code == KF_EUNSUPPORTED)) return luaL_error(L, "%s", e->msg);
   return rc;
 }
 
-static int push_frame(lua_State *L, box *bx, kf_err *e) {
-  if (bx->w.err) {
-    kf_err_set(e, bx->w.err, "frame encoding failed (%s)", kf_err_name(bx->w.err));
+/* Patches the size prefix of the frame in w (ext more bytes in pieces)
+ * and pushes it: a string, or the frame in pieces at of_idx (0: none). */
+static int push_frame(lua_State *L, kf_writer *w, size_t ext, int of_idx, kf_err *e) {
+  if (w->err) {
+    kf_err_set(e, w->err, "frame encoding failed (%s)", kf_err_name(w->err));
     return kfl_fail(L, e);
   }
-  if (bx->w.len - 4 > INT32_MAX) {
+  if (!(w->len - 4 <= INT32_MAX && ext <= INT32_MAX - (w->len - 4))) {
     kf_err_set(e, KF_ELIMIT, "frame larger than 2 GiB");
     return kfl_fail(L, e);
   }
-  kf_w_patch32(&bx->w, 0, (uint32_t)(bx->w.len - 4)); /* the size prefix */
-  lua_pushlstring(L, (const char *)bx->w.buf, bx->w.len);
+  kf_w_patch32(w, 0, (uint32_t)(w->len - 4 + ext)); /* the size prefix */
+  if (of_idx) lua_pushvalue(L, of_idx);
+  else lua_pushlstring(L, (const char *)w->buf, w->len);
   return 1;
 }
 
-/* encode_request(api, version, header, body) -> frame (size included). */
+/* encode_request(api, version, header, body [, opts]) -> frame (size
+ * included): a string, or with opts.gather a Produce frame in pieces
+ * (kafka.outframe: ib:write sends it, tostring joins it, #frame). */
 static int l_encode_request(lua_State *L) {
   const kf_api *a = check_api(L, 1);
   int v = check_version(L, 2, a);
@@ -212,8 +229,20 @@ static int l_encode_request(lua_State *L) {
   kf_err e;
   KF_ERR_INIT(e);
   box *bx;
+  kfl_outframe *of = NULL;
+  kf_writer *w;
+  int of_idx = 0;
   luaL_checktype(L, 3, LUA_TTABLE);
-  lua_settop(L, 4);
+  lua_settop(L, 5);
+  /* only Produce: its records are regular fields, and a tagged field's
+   * size (inserted before the value once encoded) would miss a piece */
+  if (!lua_isnil(L, 5)) {
+    luaL_checktype(L, 5, LUA_TTABLE);
+    if (kfl_opt_bool(L, 5, "gather", 0) && a->key == 0) {
+      of = kfl_outframe_new(L);
+      of_idx = lua_gettop(L);
+    }
+  }
   kfl_opt_int(L, 3, "correlation_id", 0, &corr);
   if (corr < INT32_MIN || corr > INT32_MAX) luaL_error(L, "correlation_id out of int32 range");
   lua_getfield(L, 3, "client_id");
@@ -223,10 +252,12 @@ static int l_encode_request(lua_State *L) {
     if (clen > 32767) luaL_error(L, "client_id longer than 32767 bytes");
   }
   bx = kfl_box_new(L); /* keeps client_id (below it) alive */
-  kf_w_slot(&bx->w, 4);
-  kf_write_request_header(&bx->w, a, v, (int32_t)corr, client, clen);
-  if (encode_body(L, 4, a->req, v, v >= a->req_flex, magic_for(a, v), bx, &e)) return kfl_box_done(bx, kfl_fail(L, &e));
-  return kfl_box_done(bx, push_frame(L, bx, &e));
+  w = of ? &of->w : &bx->w;
+  kf_w_slot(w, 4);
+  kf_write_request_header(w, a, v, (int32_t)corr, client, clen);
+  if (encode_body(L, 4, a->req, v, v >= a->req_flex, magic_for(a, v), bx, w, of, of_idx, &e))
+    return kfl_box_done(bx, kfl_fail(L, &e));
+  return kfl_box_done(bx, push_frame(L, w, of ? of->ext : 0, of_idx, &e));
 }
 
 /* encode_response(api, version, correlation_id, body) -> frame. */
@@ -241,9 +272,9 @@ static int l_encode_response(lua_State *L) {
   bx = kfl_box_new(L);
   kf_w_slot(&bx->w, 4);
   kf_write_response_header(&bx->w, hv, (int32_t)corr);
-  if (encode_body(L, 4, a->resp, v, v >= a->resp_flex, magic_for(a, v), bx, &e))
+  if (encode_body(L, 4, a->resp, v, v >= a->resp_flex, magic_for(a, v), bx, &bx->w, NULL, 0, &e))
     return kfl_box_done(bx, kfl_fail(L, &e));
-  return kfl_box_done(bx, push_frame(L, bx, &e));
+  return kfl_box_done(bx, push_frame(L, &bx->w, 0, 0, &e));
 }
 /* ---------------------------------------------------------- decoding */
 

@@ -477,11 +477,15 @@ void kf_batch_init(kf_batch *b, int magic, int codec) {
   b->count = 0;
   b->first_ts = b->max_ts = 0;
   b->rec_start = 0;
+  b->crc = 0;
+  b->crc_len = 0;
 }
 
 void kf_batch_free(kf_batch *b) { kf_w_free(&b->body); }
 
 void kf_batch_clear(kf_batch *b) {
+  b->crc = 0;
+  b->crc_len = 0;
   b->body.len = 0;
   b->body.err = KF_OK;
   b->count = 0;
@@ -492,6 +496,17 @@ static size_t zz_size(int64_t v) { return kf_varlong_size(v); }
 
 size_t kf_v2_header_size(size_t klen, const void *v, size_t vlen) {
   return zz_size((int64_t)klen) + klen + (v ? zz_size((int64_t)vlen) + vlen : 1);
+}
+
+/* Carries the body's CRC over the bytes appended since: the CRC of a v2
+ * batch covers its records, and summing them when sealed read 1 MiB of
+ * memory gone cold (an uncompressed batch is sent from the body itself). */
+static uint32_t body_sum(kf_batch *b) {
+  if (b->crc_len < b->body.len) {
+    b->crc = kf_crc32c(b->crc, b->body.buf + b->crc_len, b->body.len - b->crc_len);
+    b->crc_len = b->body.len;
+  }
+  return b->crc;
 }
 
 int kf_batch_record(kf_batch *b, int64_t ts, const void *key, size_t klen, const void *value,
@@ -505,6 +520,7 @@ int kf_batch_record(kf_batch *b, int64_t ts, const void *key, size_t klen, const
   if (ts > b->max_ts) b->max_ts = ts;
   if (b->magic == 2) {
     int64_t tsd = kf_add64(ts, kf_neg64(b->first_ts));
+    body_sum(b); /* the record before, complete now (headers included) and still in cache */
     size_t size = 1 + zz_size(tsd) + zz_size(b->count) +
                   (key ? zz_size((int64_t)klen) + klen : 1) +
                   (value ? zz_size((int64_t)vlen) + vlen : 1) + zz_size(nheaders) + headers_size;
@@ -562,8 +578,8 @@ void kf_batch_header(kf_batch *b, const void *k, size_t kl, const void *v, size_
   kf_w_lenbytes(&b->body, 'v', v, vl);
 }
 
-static int encode_v2(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err *e) {
-  size_t start = out->len;
+/* The v2 header, its size and CRC slots left for v2_seal. */
+static void v2_head(const kf_batch *b, const kf_batch_opts *o, kf_writer *out) {
   int16_t attr = (int16_t)(b->codec | (o->transactional ? 0x10 : 0) | (o->control ? 0x20 : 0));
   kf_w_i64(out, o->base_offset);
   kf_w_slot(out, 4);
@@ -578,19 +594,59 @@ static int encode_v2(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err
   kf_w_i16(out, o->producer_epoch);
   kf_w_i32(out, o->base_sequence);
   kf_w_i32(out, b->count);
-  if (out->err) goto oom;
-  if (kf_compress(b->codec, b->body.buf, b->body.len, out, 0, e)) return -1;
-  if (out->err) goto oom;
-  if (out->len - start - 12 > INT32_MAX) {
+}
+
+/* Patches size and CRC of the batch at start: its bytes in out, then
+ * tn more (whose CRC-32C is tail_crc) that follow them on the wire but
+ * are not in out. */
+static int v2_seal(kf_writer *out, size_t start, uint32_t tail_crc, size_t tn, kf_err *e) {
+  size_t size;
+  uint32_t crc;
+  if (out->err) {
+    kf_err_set(e, KF_ENOMEM, "out of memory encoding a record batch");
+    return -1;
+  }
+  size = out->len - start - 12;
+  if (!(size <= (size_t)INT32_MAX && tn <= (size_t)INT32_MAX - size)) {
     kf_err_set(e, KF_EVALUE, "record batch larger than 2 GiB");
     return -1;
   }
-  kf_w_patch32(out, start + 8, (uint32_t)(out->len - start - 12));
-  kf_w_patch32(out, start + 17, kf_crc32c(0, out->buf + start + 21, out->len - start - 21));
+  crc = kf_crc32c(0, out->buf + start + 21, out->len - start - 21);
+  if (tn) crc = kf_crc32c_combine(crc, tail_crc, tn);
+  kf_w_patch32(out, start + 8, (uint32_t)(size + tn));
+  kf_w_patch32(out, start + 17, crc);
   return 0;
-oom:
-  kf_err_set(e, KF_ENOMEM, "out of memory encoding a record batch");
-  return -1;
+}
+
+static int encode_v2(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err *e) {
+  size_t start = out->len;
+  v2_head(b, o, out);
+  if (out->err || b->codec != KF_CODEC_NONE) {
+    if (!out->err && kf_compress(b->codec, b->body.buf, b->body.len, out, 0, e)) return -1;
+    return v2_seal(out, start, 0, 0, e);
+  }
+  /* uncompressed: the records' CRC is summed already */
+  if (v2_seal(out, start, body_sum(b), b->body.len, e)) return -1;
+  kf_w_bytes(out, b->body.buf, b->body.len);
+  if (out->err) {
+    kf_err_set(e, KF_ENOMEM, "out of memory encoding a record batch");
+    return -1;
+  }
+  return 0;
+}
+
+int kf_batch_encode_head(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err *e) {
+  size_t start = out->len;
+  if (b->body.err) {
+    kf_err_set(e, b->body.err, "record batch builder failed earlier (%s)", kf_err_name(b->body.err));
+    return -1;
+  }
+  if (b->magic != 2 || b->codec != KF_CODEC_NONE || b->count == 0) {
+    kf_err_set(e, KF_EVALUE, "only a non-empty uncompressed v2 batch is encoded apart from its records");
+    return -1;
+  }
+  v2_head(b, o, out);
+  return v2_seal(out, start, body_sum(b), b->body.len, e);
 }
 
 static int encode_legacy(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err *e) {

@@ -131,6 +131,8 @@ typedef struct kf_batch {
   int64_t first_ts;
   int64_t max_ts;
   size_t rec_start;   /* offset of the record being built (v2) */
+  uint32_t crc;       /* CRC-32C of body[0..crc_len), summed at each append */
+  size_t crc_len;
 } kf_batch;
 
 typedef struct kf_batch_opts {
@@ -158,6 +160,10 @@ void kf_batch_header(kf_batch *b, const void *k, size_t kl, const void *v, size_
 /* Appends the finished batch (header, compression, CRCs) to out. An empty
  * builder appends nothing. */
 int kf_batch_encode(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err *e);
+/* Appends only the header of b's batch (magic 2, uncompressed, not empty):
+ * its size and CRC cover b->body, which the caller sends right after it
+ * without copying it into out (a request frame in pieces). */
+int kf_batch_encode_head(kf_batch *b, const kf_batch_opts *o, kf_writer *out, kf_err *e);
 
 int64_t kf_now_ms(void);
 

@@ -275,3 +275,173 @@ describe("kafka.bytes", function()
     assert.has_error(function() proto.decode_records(io.stdout) end)
   end)
 end)
+
+-- A Produce frame in pieces (encode_request's gather option): the frame's
+-- own bytes, and between them the uncompressed builders' records, written
+-- from the builders' memory by the inbox with sendmsg(). The other side
+-- reads plain bytes; kafka-python reads the batches (it checks their CRCs).
+describe("kafka.outframe", function()
+  local H = require "support.helpers"
+  local s, peer
+  before_each(function() s, peer = pair() end)
+  after_each(function()
+    s:close()
+    peer:close()
+  end)
+
+  local function messages(n, tag)
+    local t = {}
+    for i = 1, n do
+      t[i] = { key = i % 3 == 0 and nil or (tag .. i), value = (tag .. "-value-%04d "):format(i):rep(i % 7 + 1),
+               timestamp = 1700000000000 + i, headers = i % 4 == 0 and { { key = "h", value = tag .. i } } or nil }
+    end
+    return t
+  end
+  local function builder(msgs, codec)
+    local b = proto.batch { compression = codec }
+    for _, m in ipairs(msgs) do
+      local hs
+      if m.headers then hs = { [m.headers[1].key] = m.headers[1].value } end
+      b:append(m.value, m.key, hs, m.timestamp)
+    end
+    return b
+  end
+  local function produce_body(parts)
+    local pd = {}
+    for i, r in ipairs(parts) do pd[i] = { index = i - 1, records = r } end
+    return { acks = -1, timeout_ms = 1000, topic_data = { { name = "t", partition_data = pd } } }
+  end
+
+  if H.have_python() then
+    it("is the frame's bytes on the wire, every version from 3, and kafka-python reads its batches", function()
+      local m1, m2, m3 = messages(40, "a"), messages(25, "b"), messages(10, "c")
+      local b1, b2 = builder(m1, "none"), builder(m2, "lz4")
+      local parts = { b1, b2, m3, b1 } -- a builder twice, a compressed one, a message array
+      local want = { m1, m2, m3, m1 }
+      for _, v in ipairs { 3, 7, 8, 9, 11 } do
+        local body = produce_body(parts)
+        local hdr = { correlation_id = v, client_id = "spec" }
+        local str = proto.encode_request("Produce", v, hdr, body)
+        local of = proto.encode_request("Produce", v, hdr, body, { gather = true })
+        assert.are.equal("userdata", type(of))
+        assert.are.equal(#str, #of)
+        assert.are.equal(str, tostring(of))
+        assert.are.equal(#str, s:send(of))
+        local got = assert(peer:receive(#str))
+        assert.are.equal(str, got)
+        local req = assert(proto.decode_request(got, { raw_records = true }))
+        assert.are.equal(v, req.correlation_id)
+        for i, p in ipairs(req.body.topic_data[1].partition_data) do
+          local msgs = {}
+          local out = H.kp("records_decode", p.records)
+          local pos = 1
+          while pos <= #out do
+            local m = {}
+            local off, ts
+            off, ts, pos = H.unpack(">i8i8", out, pos)
+            local function lb()
+              local n
+              n, pos = H.unpack(">i4", out, pos)
+              if n < 0 then return nil end
+              local x = out:sub(pos, pos + n - 1)
+              pos = pos + n
+              return x
+            end
+            m.key, m.value = lb(), lb()
+            local nh
+            nh, pos = H.unpack(">i4", out, pos)
+            for _ = 1, nh do m.headers = { { key = lb(), value = lb() } } end
+            m.offset, m.timestamp = off, ts
+            msgs[#msgs + 1] = m
+          end
+          assert.are.equal(#want[i], #msgs, "partition " .. (i - 1))
+          for j, w in ipairs(want[i]) do
+            assert.are.same({ j - 1, w.key, w.value, w.timestamp, w.headers },
+              { msgs[j].offset, msgs[j].key, msgs[j].value, msgs[j].timestamp, msgs[j].headers })
+          end
+        end
+        assert.is_true(proto.release(of))
+      end
+    end)
+  end
+
+  it("goes out whole in many writes to a peer that reads slowly", function()
+    -- 8 MiB, far above loopback's socket buffers: sendmsg() takes part of
+    -- it at a time and the next write starts inside a piece or between
+    local msgs = {}
+    for i = 1, 2048 do msgs[i] = { value = ("%05d"):format(i) .. ("v"):rep(2043) } end
+    local b1, b2 = builder(msgs, "none"), builder({ msgs[1], msgs[2] }, "none")
+    local body = produce_body { b1, b2, b1, b1, b2, b1 }
+    local str = proto.encode_request("Produce", 9, { correlation_id = 1 }, body)
+    local of = proto.encode_request("Produce", 9, { correlation_id = 1 }, body, { gather = true })
+    assert.are.equal(str, tostring(of))
+    local out = os.tmpname()
+    local srv = assert(socket.bind("127.0.0.1", 0))
+    local _, port = srv:getsockname()
+    srv:close()
+    -- the reader: another process (this one is busy writing)
+    local reader = io.popen(("exec /usr/bin/python3 spec/support/slow_reader.py %d %s %d"):format(port, out, #str), "r")
+    local ok, err = pcall(function()
+      assert.are.equal("ready", reader:read("*l"))
+      local w = assert(ksocket.luasocket_tcp())
+      w:settimeout(10000)
+      assert(w:connect("127.0.0.1", port))
+      assert.are.equal(#str, w:send(of))
+      w:close()
+    end)
+    reader:close() -- waits for the reader to finish (its own 10 s deadlines)
+    local f = io.open(out, "rb")
+    local got = f and f:read("*a")
+    if f then f:close() end
+    os.remove(out)
+    assert(ok, err)
+    assert.are.equal(#str, #got)
+    assert.is_true(str == got, "the bytes differ")
+  end)
+
+  it("a peer that stops reading: the write times out with the bytes that went", function()
+    local msgs = {}
+    for i = 1, 4096 do msgs[i] = { value = ("%05d"):format(i) .. ("w"):rep(2043) } end
+    local body = produce_body { builder(msgs, "none") }
+    local of = proto.encode_request("Produce", 7, { correlation_id = 2 }, body, { gather = true })
+    local str = tostring(of)
+    s:settimeout(200)
+    local ok, err, sent = s:send(of)
+    assert.is_nil(ok)
+    assert.are.equal("timeout", err)
+    assert.is_true(sent > 0 and sent < #str, "sent " .. tostring(sent))
+    peer:settimeout(1)
+    assert.are.equal(str:sub(1, sent), peer:receive(sent))
+  end)
+
+  it("its builders must not change until it is sent; released, it is void", function()
+    local b = builder(messages(5, "x"), "none")
+    local body = produce_body { b }
+    local of = proto.encode_request("Produce", 9, { correlation_id = 3 }, body, { gather = true })
+    local n = #of
+    b:append("more")
+    assert.has_error(function() s:send(of) end, "kafka.outframe: a builder of this frame changed after encode_request")
+    assert.has_error(function() return tostring(of) end)
+    of = proto.encode_request("Produce", 9, { correlation_id = 3 }, body, { gather = true })
+    assert.are.equal(proto.encode_request("Produce", 9, { correlation_id = 3 }, body), tostring(of))
+    assert.is_not.equal(n, #of)
+    -- cleared and filled again with the same records: the same bytes in
+    -- the same memory, but not the records the frame was encoded with
+    b:clear()
+    for _, m in ipairs(messages(5, "x")) do b:append(m.value, m.key, m.headers and { h = m.headers[1].value }, m.timestamp) end
+    b:append("more")
+    assert.has_error(function() s:send(of) end, "kafka.outframe: a builder of this frame changed after encode_request")
+    of = proto.encode_request("Produce", 9, { correlation_id = 3 }, body, { gather = true })
+    assert.is_true(proto.release(of))
+    assert.is_false(proto.release(of))
+    assert.has_error(function() return #of end, "kafka.outframe: released (proto.release)")
+    assert.has_error(function() s:send(of) end, "kafka.outframe: released (proto.release)")
+    -- only Produce is written in pieces; a compressed builder is encoded into the frame
+    assert.are.equal("string", type(proto.encode_request("Metadata", 9, { correlation_id = 4 }, { topics = {} },
+      { gather = true })))
+    local z = proto.encode_request("Produce", 9, { correlation_id = 5 }, produce_body { builder(messages(5, "z"), "lz4") },
+      { gather = true })
+    assert.are.equal(proto.encode_request("Produce", 9, { correlation_id = 5 }, produce_body { builder(messages(5, "z"), "lz4") }),
+      tostring(z))
+  end)
+end)

@@ -61,6 +61,7 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
 -- Produce v13+ addresses topics by id as well.
 local DEFAULT_CAPS = { [0] = 12, [1] = 12, [2] = 3, [9] = 7, [10] = 3 }
 local PRODUCE, FETCH = proto.api_key("Produce"), proto.api_key("Fetch")
+local GATHER = { gather = true } -- encode_request's option: a Produce frame in pieces
 
 function _M.new(opts)
   local now = opts.now or ksocket.clock(opts)
@@ -436,12 +437,17 @@ function _M:_send_raw(api, version, body, opts, deadline)
   local corr = self.corr + 1
   if corr > 0x7fffffff then corr = 1 end
   self.corr = corr
-  local frame = proto.encode_request(api, version, { correlation_id = corr, client_id = self.client_id }, body)
+  -- a socket that writes a frame in pieces takes a Produce's uncompressed
+  -- records from their builders, not copied into the frame and a string
+  local frame, eerr, ecode = proto.encode_request(api, version, { correlation_id = corr, client_id = self.client_id },
+    body, self.sock.write_pieces and GATHER or nil)
+  if not frame then return nil, eerr, ecode end
   local t = self.now()
   local limit = self.request_timeout_ms
   if deadline and deadline - t < limit then limit = deadline - t end
   self.sock:settimeout(math.max(1, math.ceil(limit)))
   local ok, err = self.sock:send(frame)
+  if type(frame) ~= "string" then proto.release(frame) end -- its memory back at once, not at the next collection
   if not ok then
     return fail(self, ("%s: send failed: %s"):format(self:name(), tostring(err)),
       err == "timeout" and "timeout" or "network")

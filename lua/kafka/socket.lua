@@ -58,11 +58,14 @@ local function open_inbox(self)
   if not ok or not core.inbox or type(fd) ~= "number" or fd < 0 then return end
   self.inbox = core.inbox(fd)
   self.read_frame = inbox_read_frame
+  -- and writes with sendmsg(): send() then takes a Produce frame in
+  -- pieces (proto.encode_request's gather option, kafka.connection)
+  self.write_pieces = true
 end
 
 local function close_inbox(self)
   if self.inbox then self.inbox:close() end
-  self.inbox, self.read_frame = nil, nil
+  self.inbox, self.read_frame, self.write_pieces = nil, nil, nil
 end
 
 -- TCP_NODELAY once connected: luasocket 3 makes the descriptor in
@@ -95,7 +98,15 @@ local function io_err(self, err)
   return err
 end
 
+-- send(data) -> bytes sent | nil, err, sent: data a string, or with the
+-- inbox on, a kafka.outframe too (written by the inbox, not copied into
+-- luasocket's string)
 function ls_mt:send(data)
+  if self.inbox then
+    local ok, err, sent = self.inbox:write(data, self.timeout_ms)
+    if not ok then return nil, io_err(self, err), sent end
+    return #data
+  end
   local n, err, last = self.sock:send(data)
   if not n then return nil, io_err(self, err), last end
   return n
