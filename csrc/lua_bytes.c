@@ -317,6 +317,24 @@ static int64_t mono_ms(void) {
 
 enum { RD_OK = 1, RD_CLOSED = 0, RD_TIMEOUT = -1, RD_ERROR = -2 };
 
+/* Waits until fd is ready for events (POLLIN, POLLOUT) or the deadline
+ * passes (-1: none): RD_OK, RD_TIMEOUT or RD_ERROR. */
+static int wait_fd(int fd, short events, int64_t deadline) {
+  for (;;) {
+    struct pollfd pfd;
+    int64_t left = deadline < 0 ? -1 : deadline - mono_ms();
+    int pr;
+    if (deadline >= 0 && left <= 0) return RD_TIMEOUT;
+    pfd.fd = fd;
+    pfd.events = events;
+    pfd.revents = 0;
+    pr = poll(&pfd, 1, left > 2147483647 ? 2147483647 : (int)left);
+    if (pr > 0) return RD_OK;
+    if (pr == 0) return RD_TIMEOUT;
+    if (errno != EINTR) return RD_ERROR;
+  }
+}
+
 /* One read into dst (dlen bytes; 0: none, then the spare must hold less
  * than a size prefix) and on into the spare behind what it holds (with
  * dst, the spare must be empty: the bytes keep their order); waits for
@@ -346,16 +364,8 @@ static int ib_read(inbox *ib, uint8_t *dst, size_t dlen, int64_t deadline, size_
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return RD_ERROR;
     {
-      struct pollfd pfd;
-      int64_t left = deadline < 0 ? -1 : deadline - mono_ms();
-      int pr;
-      if (deadline >= 0 && left <= 0) return RD_TIMEOUT;
-      pfd.fd = ib->fd;
-      pfd.events = POLLIN;
-      pfd.revents = 0;
-      pr = poll(&pfd, 1, left > 2147483647 ? 2147483647 : (int)left);
-      if (pr == 0) return RD_TIMEOUT;
-      if (pr < 0 && errno != EINTR) return RD_ERROR;
+      int rc = wait_fd(ib->fd, POLLIN, deadline);
+      if (rc != RD_OK) return rc;
     }
   }
 }
@@ -531,24 +541,6 @@ static int l_inbox_receive(lua_State *L) {
   return 1;
 }
 
-/* Waits until fd takes bytes or the deadline passes (-1: none): RD_OK,
- * RD_TIMEOUT or RD_ERROR. */
-static int wait_writable(int fd, int64_t deadline) {
-  for (;;) {
-    struct pollfd pfd;
-    int64_t left = deadline < 0 ? -1 : deadline - mono_ms();
-    int pr;
-    if (deadline >= 0 && left <= 0) return RD_TIMEOUT;
-    pfd.fd = fd;
-    pfd.events = POLLOUT;
-    pfd.revents = 0;
-    pr = poll(&pfd, 1, left > 2147483647 ? 2147483647 : (int)left);
-    if (pr > 0) return RD_OK;
-    if (pr == 0) return RD_TIMEOUT;
-    if (errno != EINTR) return RD_ERROR;
-  }
-}
-
 /* ib:write(frame, timeout_ms) -> true | nil, err, sent: the whole frame
  * (a string, a kafka.bytes or a kafka.outframe) on the descriptor, as
  * luasocket's send() (err "timeout", "closed" or the system's message;
@@ -585,7 +577,7 @@ static int l_inbox_write(lua_State *L) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      int rc = wait_writable(ib->fd, deadline);
+      int rc = wait_fd(ib->fd, POLLOUT, deadline);
       if (rc == RD_OK) continue;
       lua_pushnil(L);
       if (rc == RD_TIMEOUT) lua_pushliteral(L, "timeout");
@@ -632,22 +624,18 @@ static const luaL_Reg inbox_methods[] = {
   {NULL, NULL}
 };
 
+static const luaL_Reg bytes_meta[] = {{"__len", l_bytes_len}, {"__tostring", l_bytes_tostring}, {NULL, NULL}};
+static const luaL_Reg outframe_meta[] = {
+  {"__len", l_outframe_len}, {"__tostring", l_outframe_tostring}, {"__gc", l_outframe_gc}, {NULL, NULL}};
+
 void kfl_open_bytes(lua_State *L) {
   luaL_newmetatable(L, BYTES_MT);
-  lua_pushcfunction(L, l_bytes_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, l_bytes_tostring);
-  lua_setfield(L, -2, "__tostring");
+  luaL_setfuncs(L, bytes_meta, 0);
   lua_pushliteral(L, BYTES_MT);
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);
   luaL_newmetatable(L, OUTFRAME_MT);
-  lua_pushcfunction(L, l_outframe_len);
-  lua_setfield(L, -2, "__len");
-  lua_pushcfunction(L, l_outframe_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, l_outframe_gc);
-  lua_setfield(L, -2, "__gc");
+  luaL_setfuncs(L, outframe_meta, 0);
   lua_pushliteral(L, OUTFRAME_MT);
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);

@@ -236,8 +236,7 @@ static int l_encode_request(lua_State *L) {
   lua_settop(L, 5);
   /* only Produce: its records are regular fields, and a tagged field's
    * size (inserted before the value once encoded) would miss a piece */
-  if (!lua_isnil(L, 5)) {
-    luaL_checktype(L, 5, LUA_TTABLE);
+  if (lua_type(L, 5) == LUA_TTABLE) { /* (callers pass on extra results: anything else is no options) */
     if (kfl_opt_bool(L, 5, "gather", 0) && a->key == 0) {
       of = kfl_outframe_new(L);
       of_idx = lua_gettop(L);
