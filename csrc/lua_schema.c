@@ -139,8 +139,10 @@ static int e_records(void *u, const kf_field *f, kf_writer *w, int kind, int nul
   lenc *c = (lenc *)u;
   lua_State *L = c->L;
   int t, rc = 0;
+  lbatch *lb = NULL;
   cur_value(L, f);
   t = lua_type(L, -1);
+  if (c->of && t == LUA_TUSERDATA && (kind == 32 || kind == 'c')) lb = kfl_batch_gatherable(L, -1);
   if (t == LUA_TNIL) {
     if (nullable) kf_w_lenbytes(w, kind, NULL, 0);
     else kf_w_lenbytes(w, kind, "", 0);
@@ -148,10 +150,9 @@ static int e_records(void *u, const kf_field *f, kf_writer *w, int kind, int nul
     size_t n;
     const char *p = lua_tolstring(L, -1, &n);
     kf_w_lenbytes(w, kind, p, n);
-  } else if (c->of && (kind == 32 || kind == 'c') && kfl_batch_gatherable(L, -1)) {
+  } else if (lb) {
     /* the records stay in the builder: only their size and batch header
      * go into the frame */
-    lbatch *lb = kfl_batch_gatherable(L, -1);
     kf_w_lenprefix(w, kind, KF_V2_HEADER + lb->b.body.len);
     rc = kf_batch_encode_head(&lb->b, &lb->stamp, w, e);
     if (!rc && !w->err) kfl_outframe_add(L, c->of_idx, lua_gettop(L), c->of, lb);

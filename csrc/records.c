@@ -481,7 +481,11 @@ void kf_batch_init(kf_batch *b, int magic, int codec) {
   b->crc_len = 0;
 }
 
-void kf_batch_free(kf_batch *b) { kf_w_free(&b->body); }
+void kf_batch_free(kf_batch *b) {
+  kf_w_free(&b->body);
+  b->crc = 0; /* an empty body: its sum must not cover bytes of the old one */
+  b->crc_len = 0;
+}
 
 void kf_batch_clear(kf_batch *b) {
   b->crc = 0;
