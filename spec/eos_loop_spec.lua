@@ -76,9 +76,10 @@ local function workers(cfg)
     w.pid = assert(read_file(w.out .. ".pid"):match("%d+"), "no worker pid")
     self.all[#self.all + 1] = w
     self.by_slot[slot] = w
+    cfg.step_done("started " .. tag .. " (pid " .. w.pid .. ")")
     return w
   end
-  function self.alive(w) return sh_ok("kill -0 " .. w.pid .. " 2>/dev/null") end
+  function self.alive(w) return H.pid_alive(w.pid) end
   function self.lines(w)
     local t = {}
     for line in read_file(w.out):gmatch("[^\n]+") do t[#t + 1] = line end
@@ -93,6 +94,7 @@ local function workers(cfg)
     while self.alive(w) and socket.gettime() < deadline do socket.sleep(0.02) end
     assert(not self.alive(w), "worker " .. w.tag .. " outlived SIGKILL")
     w.killed, w.gone = true, true
+    cfg.step_done("killed " .. w.tag)
   end
   -- SIGKILL to every worker not known to be gone (a gone one's pid may be
   -- another process's by now)
@@ -115,7 +117,10 @@ local function workers(cfg)
         local ls = self.lines(w)
         for i = (from and from[w] or 0) + 1, #ls do
           local caps = { ls[i]:match(pattern) }
-          if caps[1] then return w, caps, i end
+          if caps[1] then
+            cfg.step_done(w.tag .. ": " .. ls[i])
+            return w, caps, i
+          end
         end
         if not self.alive(w) then
           w.gone = true
@@ -240,6 +245,9 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
       local plan = PLANS[protocol]
       local N = CHUNK * (#plan + 1)
       if protocol == "consumer" then group_session_timeout(client, group, 6000) end
+      -- the spec's steps with their times, for a failure's message
+      local t0, steps = socket.gettime(), {}
+      local function step_done(what) steps[#steps + 1] = ("%6.1f s  %s"):format(socket.gettime() - t0, what) end
       local feed = kafka.producer.new(client, { linger_ms = 5 })
       local fed = 0
       local function produce_chunk()
@@ -247,10 +255,14 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
           fed = fed + 1
           assert(feed:send(input, "in:" .. fed, { partition = fed % IN_PARTS }))
         end
-        assert.are.equal(0, select(2, feed:flush()))
+        local reports, failed = feed:flush(60000)
+        for _, r in ipairs(reports) do
+          if r.err then error(("%d of %d input messages failed, first: %s (%s)"):format(failed, #reports, r.err, r.code)) end
+        end
+        step_done("input produced to " .. fed)
       end
       local ws = workers { bootstrap = k.bootstrap.PLAINTEXT, input = input, output = output, group = group,
-        tid_prefix = rt.uniq("eosl-tid") .. "-", protocol = protocol }
+        tid_prefix = rt.uniq("eosl-tid") .. "-", protocol = protocol, step_done = step_done }
       local ok, err = pcall(function()
         produce_chunk()
         ws.start(1)
@@ -391,7 +403,9 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
         local logs = {}
         for _, w in ipairs(ws.all) do logs[#logs + 1] = ws.log(w) end
         ws.cleanup()
-        error(tostring(err) .. "\n-- worker logs --\n" .. table.concat(logs, "\n"), 0)
+        -- the error last: a CI log's tail shows it
+        error(("-- worker logs --\n%s\n-- steps --\n%s\n-- failed at %.1f s: %s"):format(table.concat(logs, "\n"),
+          table.concat(steps, "\n"), socket.gettime() - t0, tostring(err)), 0)
       end
       ws.cleanup()
     end)

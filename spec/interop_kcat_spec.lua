@@ -139,8 +139,7 @@ if have_kcat() and not H.lite() then
     return s
   end
 
-  local function alive(pid) return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true
-    or os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0 end
+  local alive = H.pid_alive
 
   -- kcat -G in the background: k.pid, k.out (messages), k.err (rebalances)
   local function start_kcat(bootstrap, gid, topic, strategy)

@@ -163,7 +163,8 @@ while spec_alive() and not read_file(ctl .. ".stop") do
     end
   end
 end
+local stopped = read_file(ctl .. ".stop") ~= nil
 c:close()
 p:close()
 client:close()
-say("DONE")
+if stopped then say("DONE") else say("DONE", "(not told to: the spec is gone or 300 s passed)") end

@@ -267,6 +267,26 @@ end
 -- or min): specs whose subject is another implementation or a broker
 -- version run their full matrix once, on the first Lua, and a
 -- representative part here.
+-- Whether process pid runs. A process killed whose parent has not reaped
+-- it yet (a zombie: an orphan waits for the machine's init) answers
+-- kill -0 as if it ran; /proc tells, where there is one.
+function _M.pid_alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "rb")
+  if f then
+    local st = f:read("*a") or ""
+    f:close()
+    local state = st:match("^%d+ %b() (%a)")
+    return state ~= nil and state ~= "Z" and state ~= "X"
+  end
+  local self_stat = io.open("/proc/self/stat", "rb")
+  if self_stat then -- a /proc without the pid: gone
+    self_stat:close()
+    return false
+  end
+  local ok = os.execute("kill -0 " .. pid .. " 2>/dev/null")
+  return ok == true or ok == 0
+end
+
 function _M.lite()
   local t = os.getenv("SPEC_TIER")
   return t == "lite" or t == "min"

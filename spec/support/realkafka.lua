@@ -15,6 +15,7 @@
 -- interrupted.
 local io, os, string, table = io, os, string, table
 local ipairs, tostring, error, setmetatable = ipairs, tostring, error, setmetatable
+local H = require "support.helpers"
 
 local _M = {}
 local mt = { __index = _M }
@@ -278,7 +279,7 @@ function _M.java_bg(args, opts)
     sf:close()
   end
   function p.running()
-    return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true or os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0
+    return H.pid_alive(pid)
   end
   function p.wait(secs)
     local socket = require "socket"
