@@ -263,10 +263,6 @@ function _M.mock_client(cluster, o)
   return require("kafka").client.new(o)
 end
 
--- lite() -> true on the Luas after the first in `make test` (SPEC_TIER=lite
--- or min): specs whose subject is another implementation or a broker
--- version run their full matrix once, on the first Lua, and a
--- representative part here.
 -- Whether process pid runs. A process killed whose parent has not reaped
 -- it yet (a zombie: an orphan waits for the machine's init) answers
 -- kill -0 as if it ran; /proc tells, where there is one.
@@ -287,6 +283,10 @@ function _M.pid_alive(pid)
   return ok == true or ok == 0
 end
 
+-- lite() -> true on the Luas after the first in `make test` (SPEC_TIER=lite
+-- or min): specs whose subject is another implementation or a broker
+-- version run their full matrix once, on the first Lua, and a
+-- representative part here.
 function _M.lite()
   local t = os.getenv("SPEC_TIER")
   return t == "lite" or t == "min"
