@@ -70,16 +70,28 @@ local function workers(cfg)
     local w = { slot = slot, tag = tag, out = dir .. "/" .. tag .. ".out", err = dir .. "/" .. tag .. ".err" }
     local args = { cfg.bootstrap, cfg.input, cfg.output, cfg.group, cfg.tid_prefix .. slot, cfg.protocol, tag,
       self.ctl, parent }
-    local cmd = ("%s %s/spec/support/eos_worker.lua %s >%s 2>%s & echo $! >%s.pid"):format(H.lua_interpreter(), root,
+    local cmd = ("%s %s %s/spec/support/eos_worker.lua %s >%s 2>%s & echo $! >%s.pid"):format(H.closefds,
+      H.lua_interpreter(), root,
       table.concat(args, " "), w.out, w.err, w.out)
     assert(sh_ok(cmd))
     w.pid = assert(read_file(w.out .. ".pid"):match("%d+"), "no worker pid")
+    w.mine = H.open_files("self")
     self.all[#self.all + 1] = w
     self.by_slot[slot] = w
     cfg.step_done("started " .. tag .. " (pid " .. w.pid .. ")")
     return w
   end
   function self.alive(w) return H.pid_alive(w.pid) end
+  -- a ready worker holds no socket or pipe of the spec (H.closefds): a
+  -- pipe's write end held there kept a popen'd peer from its EOF, and a
+  -- collection of that peer's handle here waited for the worker (300 s)
+  function self.check_files(w)
+    local shared = {}
+    for what in pairs(H.open_files(w.pid)) do
+      if w.mine[what] then shared[#shared + 1] = what .. " (the spec's fd " .. w.mine[what] .. ")" end
+    end
+    assert.are.same({}, shared, w.tag .. " inherited descriptors of the spec")
+  end
   function self.lines(w)
     local t = {}
     for line in read_file(w.out):gmatch("[^\n]+") do t[#t + 1] = line end
@@ -118,6 +130,7 @@ local function workers(cfg)
         for i = (from and from[w] or 0) + 1, #ls do
           local caps = { ls[i]:match(pattern) }
           if caps[1] then
+            if caps[1] == "READY" then self.check_files(w) end
             cfg.step_done(w.tag .. ": " .. ls[i])
             return w, caps, i
           end
@@ -424,7 +437,9 @@ describe("committed offsets while a transaction holds offsets for them, on Kafka
     local k = rk.cluster(version, 1)
     local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "spec-eos-stable" }
     local quick = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, default_api_timeout_ms = 1500 }
+    local m -- (one finally: busted keeps only the last function given to it)
     finally(function()
+      if m then m:close() end
       client:close()
       quick:close()
     end)
@@ -448,9 +463,8 @@ describe("committed offsets while a transaction holds offsets for them, on Kafka
     assert.are.equal("kafka", code)
     assert.are.equal(kafka.proto.errors.UNSTABLE_OFFSET_COMMIT, kcode, err)
     -- a group member: no start position while the transaction is open
-    local m = kafka.consumer.new(client, { group_id = group, isolation_level = "read_committed",
+    m = kafka.consumer.new(client, { group_id = group, isolation_level = "read_committed",
       enable_auto_commit = false, fetch_max_wait_ms = 100 })
-    finally(function() m:close() end)
     assert(m:subscribe { topic })
     local deadline = socket.gettime() + 30
     while not (m:assignment()[1]) and socket.gettime() < deadline do assert(m:poll(100)) end

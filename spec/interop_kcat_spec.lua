@@ -145,10 +145,10 @@ if have_kcat() and not H.lite() then
   local function start_kcat(bootstrap, gid, topic, strategy)
     local k = { out = os.tmpname(), err = os.tmpname() }
     local pidf = os.tmpname()
-    os.execute(("sh -c 'echo $$ > %s; exec timeout -k 5 150 kcat -b %s -G %s -X partition.assignment.strategy=%s "
+    os.execute(("sh -c 'echo $$ > %s; exec %s timeout -k 5 150 kcat -b %s -G %s -X partition.assignment.strategy=%s "
       .. "-X session.timeout.ms=3000 -X heartbeat.interval.ms=300 -X auto.commit.interval.ms=300 "
       .. "-X auto.offset.reset=earliest -u -f \"%%p %%o\\n\" %s' >%s 2>%s &")
-      :format(pidf, bootstrap, gid, strategy, topic, k.out, k.err))
+      :format(pidf, H.closefds, bootstrap, gid, strategy, topic, k.out, k.err))
     local deadline = socket.gettime() + 10
     while not k.pid and socket.gettime() < deadline do
       k.pid = tonumber(read(pidf):match("%d+"))

@@ -3,7 +3,8 @@
 -- process (the spec process blocks while an external client runs).
 local socket = require "socket"
 local kafka = require "kafka"
-local full_it = require("support.helpers").lite() and pending or it -- the first Lua only
+local H = require "support.helpers"
+local full_it = H.lite() and pending or it -- the first Lua only
 
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]*$") or "."
 local lua = rawget(_G, "jit") and "luajit" or ("lua" .. _VERSION:match("%d+%.%d+"))
@@ -60,7 +61,7 @@ end
 -- a background command; returns {pid=, out=, err=}
 local function background(cmd)
   local pidf, out, err = os.tmpname(), os.tmpname(), os.tmpname()
-  os.execute(("sh -c 'echo $$ > %s; exec %s' >%s 2>%s &"):format(pidf, cmd, out, err))
+  os.execute(("sh -c 'echo $$ > %s; exec %s %s' >%s 2>%s &"):format(pidf, H.closefds, cmd, out, err))
   local pid
   for _ = 1, 100 do
     pid = tonumber(read(pidf))

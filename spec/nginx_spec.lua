@@ -7,6 +7,7 @@
 -- access log). Needs the LuaJIT build (make LUA=luajit; `make test` does it)
 -- and ab (apache2-utils).
 local mock = require "support.mock"
+local H = require "support.helpers"
 local kafka = require "kafka"
 local socket = require "socket"
 local http = require "socket.http"
@@ -115,8 +116,8 @@ describe("nginx (the OpenResty example, two workers)", function()
   -- ab in the background: returns a function that waits for it and returns its output
   local function ab(n, c, path)
     local out = os.tmpname()
-    assert(sh(("(ab -q -r -n %d -c %d 'http://127.0.0.1:%d%s' >%s 2>&1; echo \"ab exit $?\" >>%s) &")
-      :format(n, c, port, path, out, out)))
+    assert(sh(("(%s ab -q -r -n %d -c %d 'http://127.0.0.1:%d%s' >%s 2>&1; echo \"ab exit $?\" >>%s) &")
+      :format(H.closefds, n, c, port, path, out, out)))
     return function()
       local deadline = socket.gettime() + 120
       while socket.gettime() < deadline do
@@ -214,7 +215,7 @@ describe("nginx (the OpenResty example, two workers)", function()
     conf = conf:gsub("%$prefix/%.%./%.%.", root):gsub('"%$prefix/%?%.lua', '"' .. root .. "/examples/openresty/?.lua")
     conf = conf:gsub("listen 127%.0%.0%.1:8080;", ("listen 127.0.0.1:%d;\n    include %s/spec/nginx/locations.conf;")
       :format(port, root))
-    if io.popen("id -u"):read("*l") == "0" then conf = "user root;\n" .. conf end
+    if H.is_root() then conf = "user root;\n" .. conf end
     local f = assert(io.open(prefix .. "/nginx.conf", "w"))
     f:write(conf)
     f:close()

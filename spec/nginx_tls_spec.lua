@@ -4,6 +4,7 @@
 -- against lua_ssl_trusted_certificate (the broker's CA), SCRAM and PLAIN
 -- over it (spec/nginx/tls.conf.in). Needs the LuaJIT build of the module
 -- (make LUA=luajit; `make test` does it).
+local H = require "support.helpers"
 local rk = require "support.realkafka"
 local socket = require "socket"
 local http = require "socket.http"
@@ -43,7 +44,7 @@ describe("nginx cosockets over SASL_SSL", function()
     os.remove(prefix)
     assert(sh(("mkdir -p %s/conf %s/logs %s/tmp"):format(prefix, prefix, prefix)))
     local conf = assert(io.open(root .. "/spec/nginx/tls.conf.in")):read("*a")
-    local user = io.popen("id -u"):read("*l") == "0" and "user root;" or ""
+    local user = H.is_root() and "user root;" or ""
     local ca = k and (k.dir .. "/ca.pem") or "/etc/ssl/certs/ca-certificates.crt"
     local other = k and (k.dir .. "/other-ca.pem") or ca
     conf = conf:gsub("@ROOT@", root):gsub("@PORT@", tostring(port)):gsub("@USER@", user):gsub("@CA@", ca)

@@ -5,6 +5,20 @@ local pairs, type, tostring, assert = pairs, type, tostring, assert
 
 local _M = {}
 
+-- closefds: a command prefix (spec/support/closefds.sh) for a process a
+-- spec leaves running in the background: it starts without this process's
+-- descriptors above 2, so it holds no spec socket and no write end of a
+-- popen'd peer's stdin (a mock told to stop by EOF would wait for it).
+_M.closefds = (debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or ".") .. "/spec/support/closefds.sh"
+
+-- is_root() -> true when this process runs as root (its pipe closed at once)
+function _M.is_root()
+  local p = assert(io.popen("id -u"))
+  local uid = p:read("*l")
+  p:close()
+  return uid == "0"
+end
+
 function _M.hex(s)
   return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
@@ -281,6 +295,20 @@ function _M.pid_alive(pid)
   end
   local ok = os.execute("kill -0 " .. pid .. " 2>/dev/null")
   return ok == true or ok == 0
+end
+
+-- open_files(pid) -> {["socket:[inode]"] = fd, ["pipe:[inode]"] = fd, ...}:
+-- the sockets and pipes process pid has open ("self": this one), as /proc
+-- names them; {} without /proc.
+function _M.open_files(pid)
+  local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd 2>/dev/null"))
+  local t = {}
+  for line in p:lines() do
+    local fd, what = line:match(" (%d+) %-> ((%a+):%[%d+%])$")
+    if fd and (what:match("^socket") or what:match("^pipe")) then t[what] = tonumber(fd) end
+  end
+  p:close()
+  return t
 end
 
 -- lite() -> true on the Luas after the first in `make test` (SPEC_TIER=lite

@@ -124,8 +124,8 @@ end
 function _M:restart_bg(node)
   local rcf, log = os.tmpname(), os.tmpname()
   os.remove(rcf)
-  os.execute(("(%s restart %s %d >%s 2>&1; echo $? >%s.tmp; mv %s.tmp %s) &")
-    :format(harness, self.name, node, log, rcf, rcf, rcf))
+  os.execute(("(%s %s restart %s %d >%s 2>&1; echo $? >%s.tmp; mv %s.tmp %s) &")
+    :format(H.closefds, harness, self.name, node, log, rcf, rcf, rcf))
   local h, rc = {}, nil
   local function poll()
     if rc then return true end
@@ -259,7 +259,7 @@ function _M.java_bg(args, opts)
   local a = {}
   for i, x in ipairs(args) do a[i] = x == "%STOP%" and stopf or x end
   local cmd = peer_cmd(a, opts)
-  os.execute(("(%s >%s 2>%s & echo $! >%s)"):format(cmd, out, errf, pidf))
+  os.execute(("(%s env %s >%s 2>%s & echo $! >%s)"):format(H.closefds, cmd, out, errf, pidf))
   local f = assert(io.open(pidf, "rb"))
   local pid = f:read("*a"):match("%d+")
   f:close()
