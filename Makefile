@@ -107,6 +107,7 @@ test-luajit:
 lint:
 	luacheck lua spec examples tools bench
 	luac5.1 -p lua/kafka/*.lua spec/*.lua spec/support/*.lua # Lua 5.1 syntax: no //, bitwise ops, goto
+	lua5.4 tools/one_finally.lua spec/*.lua # busted keeps one finally() per test
 	cppcheck --enable=warning,performance,portability,style --error-exitcode=1 --inline-suppr -q \
 	  --std=c99 -I csrc csrc/*.c fuzz/*.c spec/support/mockbroker.c
 	$(MAKE) clean-objs
