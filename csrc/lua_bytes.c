@@ -16,6 +16,7 @@
  * once more; here it is read once into the frame and never copied.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -601,11 +602,17 @@ static int l_inbox_close(lua_State *L) {
   return 0;
 }
 
-/* core.inbox(fd) -> an inbox reading the (non-blocking) descriptor fd. */
+/* core.inbox(fd) -> an inbox reading the (non-blocking) descriptor fd,
+ * which is made close-on-exec (luasocket does not): a program this
+ * process starts (os.execute, io.popen) would hold the broker connection
+ * open after it is closed here, as librdkafka's SOCK_CLOEXEC prevents. */
 static int l_inbox_new(lua_State *L) {
   lua_Integer fd = luaL_checkinteger(L, 1);
   inbox *ib;
+  int fl;
   luaL_argcheck(L, fd >= 0 && fd <= 2147483647, 1, "descriptor out of range");
+  fl = fcntl((int)fd, F_GETFD);
+  if (fl >= 0) (void)fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC);
   ib = (inbox *)kf_newuserdata_uv(L, sizeof(inbox));
   ib->fd = (int)fd;
   ib->seen = 0;

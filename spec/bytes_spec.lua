@@ -6,6 +6,7 @@
 local socket = require "socket"
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
+local H = require "support.helpers"
 
 local function be32(n)
   return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256, math.floor(n / 256) % 256, n % 256)
@@ -47,6 +48,25 @@ describe("kafka.inbox", function()
   it("plain luasocket connections read through an inbox", function()
     assert.is_not_nil(s.inbox)
     assert.are.equal("function", type(s.read_frame))
+  end)
+
+  it("its descriptor is close-on-exec: a program started here does not hold the connection", function()
+    local fd = s.sock:getfd()
+    local mine
+    for what, n in pairs(H.open_files("self")) do if n == fd then mine = what end end
+    assert.is_not_nil(mine, "no /proc entry for the connection")
+    -- a child: `ls` lists what it inherited (glibc's popen closes only other popen streams)
+    local p = assert(io.popen("ls -l /proc/self/fd"))
+    local child = p:read("*a")
+    p:close()
+    assert.is_nil(child:find(mine, 1, true), mine .. " inherited by a child")
+    assert.is_not_nil(peer:getfd()) -- the peer (plain luasocket, no inbox) is inherited
+    local pfd
+    for what, n in pairs(H.open_files("self")) do if n == peer:getfd() then pfd = what end end
+    local q = assert(io.popen("ls -l /proc/self/fd"))
+    local child2 = q:read("*a")
+    q:close()
+    assert.is_not_nil(child2:find(pfd, 1, true), "the check sees an inherited socket")
   end)
 
   it("a frame split at every byte: a timeout keeps what was read, the next call goes on", function()
@@ -281,7 +301,6 @@ end)
 -- from the builders' memory by the inbox with sendmsg(). The other side
 -- reads plain bytes; kafka-python reads the batches (it checks their CRCs).
 describe("kafka.outframe", function()
-  local H = require "support.helpers"
   local s, peer
   before_each(function() s, peer = pair() end)
   after_each(function()

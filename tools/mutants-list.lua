@@ -455,4 +455,9 @@ return {
     replace = "",
     spec = "spec/interop_python_spec.lua", filter = "magic 2 none",
     promise = "a builder sums each record into its batch CRC once" },
+  { name = "inbox-inherited", file = "csrc/lua_bytes.c",
+    find = [[  if (fl >= 0) (void)fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC);]],
+    replace = [[  (void)fl;]],
+    spec = "spec/bytes_spec.lua", filter = "close%-on%-exec",
+    promise = "a broker connection is not inherited by programs the process starts" },
 }

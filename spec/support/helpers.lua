@@ -297,10 +297,21 @@ function _M.pid_alive(pid)
   return ok == true or ok == 0
 end
 
+-- self_pid() -> this process's id (read from /proc/self by this process,
+-- not by a child), nil without /proc
+function _M.self_pid()
+  local f = io.open("/proc/self/stat", "rb")
+  if not f then return nil end
+  local pid = f:read("*a"):match("^%d+")
+  f:close()
+  return pid
+end
+
 -- open_files(pid) -> {["socket:[inode]"] = fd, ["pipe:[inode]"] = fd, ...}:
 -- the sockets and pipes process pid has open ("self": this one), as /proc
 -- names them; {} without /proc.
 function _M.open_files(pid)
+  if pid == "self" then pid = _M.self_pid() or "self" end
   local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd 2>/dev/null"))
   local t = {}
   for line in p:lines() do
