@@ -307,12 +307,10 @@ function _M.self_pid()
   return pid
 end
 
--- open_files(pid) -> {["socket:[inode]"] = fd, ["pipe:[inode]"] = fd, ...}:
--- the sockets and pipes process pid has open ("self": this one), as /proc
--- names them; {} without /proc.
-function _M.open_files(pid)
-  if pid == "self" then pid = _M.self_pid() or "self" end
-  local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd 2>/dev/null"))
+-- the sockets and pipes `ls` lists in dir (a /proc/PID/fd), as /proc
+-- names them: {["socket:[inode]"] = fd, ["pipe:[inode]"] = fd, ...}
+local function ls_files(dir)
+  local p = assert(io.popen("ls -l " .. dir .. " 2>/dev/null"))
   local t = {}
   for line in p:lines() do
     local fd, what = line:match(" (%d+) %-> ((%a+):%[%d+%])$")
@@ -321,6 +319,17 @@ function _M.open_files(pid)
   p:close()
   return t
 end
+
+-- open_files(pid) -> the sockets and pipes process pid has open ("self":
+-- this one), as ls_files gives them; {} without /proc.
+function _M.open_files(pid)
+  if pid == "self" then pid = _M.self_pid() or "self" end
+  return ls_files("/proc/" .. pid .. "/fd")
+end
+
+-- open_files_of_child() -> the same of a program this process starts
+-- (what it inherited: /proc/self is the child `ls` there)
+function _M.open_files_of_child() return ls_files("/proc/self/fd") end
 
 -- lite() -> true on the Luas after the first in `make test` (SPEC_TIER=lite
 -- or min): specs whose subject is another implementation or a broker
