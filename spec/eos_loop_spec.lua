@@ -44,13 +44,6 @@ local function write_file(path, s)
   f:close()
 end
 
-local function spec_pid()
-  local p = assert(io.popen("echo $PPID"))
-  local pid = p:read("*a"):match("%d+")
-  p:close()
-  return pid
-end
-
 -- The worker processes of one run: start(slot) (a new incarnation of the
 -- slot, same transactional_id), kill(w) (SIGKILL, waits until it is gone),
 -- lines(w), reap(w) (a worker that ended by itself), and kill_all() for
@@ -62,7 +55,7 @@ local function workers(cfg)
   assert(sh_ok("mkdir -p " .. dir))
   self.dir = dir
   self.ctl = dir .. "/ctl"
-  local parent = spec_pid()
+  local parent = assert(H.self_pid(), "no /proc: the workers watch the spec's pid")
   function self.start(slot)
     local inc = (self.incarnation[slot] or 0) + 1
     self.incarnation[slot] = inc
