@@ -260,18 +260,6 @@ void kf_w_varint(kf_writer *w, int32_t v) { kf_w_uvarint(w, zigzag32(v)); }
 
 void kf_w_varlong(kf_writer *w, int64_t v) { kf_w_uvarlong(w, zigzag64(v)); }
 
-size_t kf_uvarint_size(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-size_t kf_varlong_size(int64_t v) {
-  return kf_uvarint_size(zigzag64(v));
-}
 
 /* The prefix (null when p is NULL), then the bytes when copy. */
 static void lenbytes(kf_writer *w, int kind, const void *p, size_t n, int copy) {

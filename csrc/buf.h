@@ -212,8 +212,19 @@ void kf_w_uvarint(kf_writer *w, uint32_t v);
 void kf_w_uvarlong(kf_writer *w, uint64_t v);
 void kf_w_varint(kf_writer *w, int32_t v);
 void kf_w_varlong(kf_writer *w, int64_t v);
-size_t kf_uvarint_size(uint64_t v);
-size_t kf_varlong_size(int64_t v);
+/* Encoded sizes, inline: a record's size is five of them, summed before
+ * its bytes are written (kf_batch_record). */
+static inline size_t kf_uvarint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+static inline size_t kf_varlong_size(int64_t v) {
+  return kf_uvarint_size(((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u));
+}
 /* Writes a length-prefixed string (kind as in kf_r_lenbytes); p == NULL is
  * null. Sets KF_EVALUE when the length does not fit the prefix. */
 void kf_w_lenbytes(kf_writer *w, int kind, const void *p, size_t n);

@@ -229,12 +229,12 @@ static int l_batch(lua_State *L) {
   return 1;
 }
 
-/* b:append(value, key, headers, timestamp) -> count; raises on misuse. */
+/* b:append(value, key, headers, timestamp) -> count; raises on misuse.
+ * (No settop: batch_add_at reads an absent argument's LUA_TNONE as nil.) */
 static int l_batch_append(lua_State *L) {
   lbatch *lb = check_batch(L);
   kf_err e;
   KF_ERR_INIT(e);
-  lua_settop(L, 5);
   if (batch_add(L, &lb->b, 2, 3, 4, 5, &e)) return kfl_fail(L, &e);
   lua_pushinteger(L, lb->b.count);
   return 1;
