@@ -254,12 +254,10 @@ void kf_w_uvarint(kf_writer *w, uint32_t v) {
 
 /* Zig-zag without shifting negative values (implementation-defined in C). */
 static uint32_t zigzag32(int32_t v) { return ((uint32_t)v << 1) ^ (v < 0 ? 0xffffffffu : 0u); }
-static uint64_t zigzag64(int64_t v) { return ((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u); }
 
 void kf_w_varint(kf_writer *w, int32_t v) { kf_w_uvarint(w, zigzag32(v)); }
 
-void kf_w_varlong(kf_writer *w, int64_t v) { kf_w_uvarlong(w, zigzag64(v)); }
-
+void kf_w_varlong(kf_writer *w, int64_t v) { kf_w_uvarlong(w, kf_zigzag64(v)); }
 
 /* The prefix (null when p is NULL), then the bytes when copy. */
 static void lenbytes(kf_writer *w, int kind, const void *p, size_t n, int copy) {

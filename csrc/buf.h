@@ -204,9 +204,8 @@ static inline uint8_t *kf_put_uvarlong(uint8_t *p, uint64_t v) {
   return p;
 }
 /* Zig-zag signed varint (records); no shift of a negative value. */
-static inline uint8_t *kf_put_varlong(uint8_t *p, int64_t v) {
-  return kf_put_uvarlong(p, ((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u));
-}
+static inline uint64_t kf_zigzag64(int64_t v) { return ((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u); }
+static inline uint8_t *kf_put_varlong(uint8_t *p, int64_t v) { return kf_put_uvarlong(p, kf_zigzag64(v)); }
 void kf_w_f64(kf_writer *w, double v);
 void kf_w_uvarint(kf_writer *w, uint32_t v);
 void kf_w_uvarlong(kf_writer *w, uint64_t v);
@@ -223,7 +222,7 @@ static inline size_t kf_uvarint_size(uint64_t v) {
   return n;
 }
 static inline size_t kf_varlong_size(int64_t v) {
-  return kf_uvarint_size(((uint64_t)v << 1) ^ (v < 0 ? ~(uint64_t)0 : 0u));
+  return kf_uvarint_size(kf_zigzag64(v));
 }
 /* Writes a length-prefixed string (kind as in kf_r_lenbytes); p == NULL is
  * null. Sets KF_EVALUE when the length does not fit the prefix. */
