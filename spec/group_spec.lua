@@ -165,7 +165,7 @@ local function new_world(client, topic, gid, base_opts, parts)
   return w
 end
 
--- a producer writing `total` messages at `rate` per second (nil: as fast
+-- a producer writing f.total messages (`total`; a spec may lower it) at `rate` per second (nil: as fast
 -- as rounds go) while the group runs, so every rebalance happens while
 -- messages arrive
 local function feeder(client, topic, total, per_round, rate)
@@ -173,9 +173,9 @@ local function feeder(client, topic, total, per_round, rate)
   local f = { sent = 0, produced = {}, total = total }
   local t0
   function f.feed()
-    if f.sent >= total then return end
+    if f.sent >= f.total then return end
     t0 = t0 or now()
-    local n = math.min(per_round, total - f.sent)
+    local n = math.min(per_round, f.total - f.sent)
     if rate then n = math.min(n, math.floor((now() - t0) * rate) - f.sent) end
     if n <= 0 then return end
     for i = 1, n do assert(p:send(topic, "v" .. (f.sent + i), { key = tostring(f.sent + i) })) end
@@ -524,6 +524,8 @@ local function coordinator_killed(version)
       w.track_commits, w.tolerant, w.protocol = true, true, protocol
       worlds[i] = w
     end
+    -- 300 messages a second from before the kill until a second after the
+    -- restart (f.total is cut then; 9000 at most)
     local f = feeder(client, topic, 9000, 100, 300)
     local function drive(secs, until_fn)
       local stop = now() + secs
@@ -582,6 +584,8 @@ local function coordinator_killed(version)
       assert(drive(180, function() return restarting.done() end), "node " .. victim .. " restarted")
       restarting.wait(1) -- raises when the restart failed
       restarting = nil
+      drive(1)
+      f.total = f.sent
       assert(drive(90, function()
         return f.sent == f.total and all(function(w)
           for key in pairs(f.produced) do if not w.got[key] then return false end end

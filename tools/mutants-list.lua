@@ -465,4 +465,9 @@ return {
     replace = [[if (w->len - b->crc_len >= SUM_LAG) { body_sum(b); b->crc ^= 1; }]],
     spec = "spec/interop_python_spec.lua", filter = "magic 2 none",
     promise = "a batch past 12 KiB, its CRC summed in chunks as it is built, is the CRC kafka-python checks" },
+  { name = "sasl-reauth-never", file = "lua/kafka/sasl.lua",
+    find = [[    conn.reauth_at = t + lifetime * (0.85 + 0.1 * math.random())]],
+    replace = [[    conn.reauth_at = nil]],
+    spec = "spec/security_spec.lua", filter = "re%-authenticates before", env = K,
+    promise = "a SASL session is re-authenticated before the lifetime the broker gave ends (KIP-368)" },
 }

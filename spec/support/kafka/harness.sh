@@ -150,11 +150,11 @@ listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.se
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
 # KIP-368 re-authentication: OAUTHBEARER sessions end with the token (or
-# after 60 s); SCRAM-SHA-256 sessions on SASL_PLAINTEXT after 4 s, so the
+# after 60 s); SCRAM-SHA-256 sessions on SASL_PLAINTEXT after 2 s, so the
 # specs see the broker's session_lifetime_ms and re-authenticate
 listener.name.sasl_plaintext.oauthbearer.connections.max.reauth.ms=60000
 listener.name.sasl_ssl.oauthbearer.connections.max.reauth.ms=60000
-listener.name.sasl_plaintext.scram-sha-256.connections.max.reauth.ms=4000
+listener.name.sasl_plaintext.scram-sha-256.connections.max.reauth.ms=2000
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$d/broker.p12
 ssl.keystore.password=test-pass
