@@ -211,20 +211,8 @@ local function exactly_once_problems(counts, N)
   return { missing = missing, duplicated = dup, unknown = extra }
 end
 
--- The consumer protocol's session timeout is the group's, the broker's
--- 10 s unless the group sets one: 6 s (the brokers' minimum), so a killed
--- member's partitions move sooner.
-local function group_session_timeout(client, group, ms)
-  local c = assert(client:any_broker())
-  local resp = assert(c:request(kafka.proto.api_key("IncrementalAlterConfigs"), { validate_only = false,
-    resources = { { resource_type = 32, resource_name = group,
-      configs = { { name = "consumer.session.timeout.ms", config_operation = 0, value = tostring(ms) } } } } }))
-  local r = resp.responses[1]
-  assert(r.error_code == 0, tostring(r.error_message))
-end
-
 -- a stall past the session timeout: 3 s (eos_worker.lua's
--- session_timeout_ms) on classic, 6 s (group_session_timeout) on consumer
+-- session_timeout_ms) on classic, 6 s (rt.group_session_timeout) on consumer
 local STALL_MS = { classic = 5000, consumer = 8000 }
 
 local version = rk.main()
@@ -250,7 +238,7 @@ describe("exactly-once consume-transform-produce loop on Kafka " .. tostring(ver
       local group = rt.uniq("eosl-g")
       local plan = PLANS[protocol]
       local N = CHUNK * (#plan + 1)
-      if protocol == "consumer" then group_session_timeout(client, group, 6000) end
+      if protocol == "consumer" then rt.group_session_timeout(client, group, 6000) end
       -- the spec's steps with their times, for a failure's message
       local t0, steps = socket.gettime(), {}
       local function step_done(what) steps[#steps + 1] = ("%6.1f s  %s"):format(socket.gettime() - t0, what) end

@@ -262,7 +262,11 @@ local function scenario(version, protocol, strategy, n)
     rt.create_topic(client, topic, PARTS, 1)
     local o = { group_protocol = protocol, partition_assignment_strategy = strategy }
     for kk, v in pairs(OPTS) do o[kk] = v end
-    local w = new_world(client, topic, rt.uniq("g"), o)
+    local gid = rt.uniq("g")
+    -- the consumer protocol's crash is noticed after the group's session
+    -- timeout: 6 s, as the classic members' session_timeout_ms
+    if protocol == "consumer" then rt.group_session_timeout(client, gid, OPTS.session_timeout_ms) end
+    local w = new_world(client, topic, gid, o)
     w.track_commits = true -- (a failure tells the story of the partitions that differ)
     local f = feeder(client, topic, n, 300, 2500)
     w.feed = f.feed
@@ -351,6 +355,7 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
     local o = { group_protocol = lua_protocol, partition_assignment_strategy = strategy }
     for kk, v in pairs(OPTS) do o[kk] = v end
     local w = new_world(client, topic, gid, o)
+    -- 2000 messages a second until 2 s after the three members split (20000 at most)
     local f = feeder(client, topic, 20000, 200, 2000)
     local jv = rk.java_bg({ "group", topic, gid, java_protocol, 90, "%STOP%" }, { bootstrap = k.bootstrap.PLAINTEXT })
     local ok, err = pcall(function()
@@ -383,6 +388,8 @@ local function mixed(version, java_protocol, lua_protocol, strategy)
         return jc == 4 and lc == 8 and w.members.a:group_state().state == "stable"
           and w.members.b:group_state().state == "stable"
       end), "three members split the partitions")
+      w.drive(2)
+      f.total = f.sent
       assert(w.drive(60, function()
         local jn = java_got()
         return f.sent == f.total and w.count + jn >= f.total

@@ -53,6 +53,19 @@ function _M.create_topic(client, name, partitions, rf, configs)
   error("topic " .. name .. " has no leaders after 30 s", 2)
 end
 
+-- group_session_timeout(client, group, ms): the consumer protocol's
+-- session timeout is the group's (IncrementalAlterConfigs on the GROUP
+-- resource), the broker's 10 s unless the group sets one; 6 s (the
+-- brokers' minimum) moves a killed member's partitions sooner.
+function _M.group_session_timeout(client, group, ms)
+  local c = assert(client:any_broker())
+  local resp = assert(c:request(proto.api_key("IncrementalAlterConfigs"), { validate_only = false,
+    resources = { { resource_type = 32, resource_name = group,
+      configs = { { name = "consumer.session.timeout.ms", config_operation = 0, value = tostring(ms) } } } } }))
+  local r = resp.responses[1]
+  assert(r.error_code == 0, tostring(r.error_message))
+end
+
 -- consume_all(client, topic, partitions, count [, opts]) -> messages by
 -- partition ({[p] = {msg...}}), total: reads from the earliest offset
 -- until count messages or the deadline (opts.seconds, 30).
