@@ -41,12 +41,45 @@ if #versions > 0 then
       if client then client:close() end
     end)
 
-    for _, codec in ipairs(CODECS) do
-      it("Java's idempotent producer writes " .. codec .. ", lua-kafka reads every record exactly", function()
+    -- once(fn) -> a function returning fn()'s table, run on the first call
+    -- (a failure raises again on every call without running fn again)
+    local function once(fn)
+      local r, err
+      return function()
+        if not r and not err then
+          local ok, v = pcall(fn)
+          if ok then r = v else err = v end
+        end
+        if err then error(err, 0) end
+        return r
+      end
+    end
+
+    -- What Java wrote, by codec and by "txn": one JVM runs every producer
+    -- (a JVM and kafka-clients take a second to start).
+    local N = 300
+    local java_wrote = once(function()
+      local cmds, names = {}, {}
+      for _, codec in ipairs(CODECS) do
         local topic = rt.uniq("java-" .. codec)
         rt.create_topic(client, topic, 3, 1)
-        local N = 300
-        local acks, n = parse_acks(rk.java({ "produce", topic, N, codec, "idempotent" }, { bootstrap = k.bootstrap.PLAINTEXT }))
+        cmds[#cmds + 1], names[#names + 1] = { "produce", topic, N, codec, "idempotent" }, codec
+      end
+      local topic = rt.uniq("java-txn")
+      rt.create_topic(client, topic, 3, 1)
+      cmds[#cmds + 1], names[#names + 1] = { "produce", topic, 40, "lz4", "txn-commit" }, "txn-commit"
+      cmds[#cmds + 1], names[#names + 1] = { "produce", topic, 40, "none", "txn-abort" }, "txn-abort"
+      local out = rk.java_chain(cmds, { bootstrap = k.bootstrap.PLAINTEXT, timeout = 240 })
+      local r = {}
+      for i, name in ipairs(names) do r[name] = { topic = cmds[i][2], lines = out[i] } end
+      return r
+    end)
+
+    for _, codec in ipairs(CODECS) do
+      it("Java's idempotent producer writes " .. codec .. ", lua-kafka reads every record exactly", function()
+        local w = java_wrote()[codec]
+        local topic = w.topic
+        local acks, n = parse_acks(w.lines)
         assert.equal(N, n)
         local by, total = rt.consume_all(client, topic, 3, N)
         assert.equal(N, total)
@@ -74,10 +107,9 @@ if #versions > 0 then
     end
 
     it("reads a committed and an aborted Java transaction with isolation_level 0, control batches skipped", function()
-      local topic = rt.uniq("java-txn")
-      rt.create_topic(client, topic, 3, 1)
-      local committed = parse_acks(rk.java({ "produce", topic, 40, "lz4", "txn-commit" }, { bootstrap = k.bootstrap.PLAINTEXT }))
-      local aborted = parse_acks(rk.java({ "produce", topic, 40, "none", "txn-abort" }, { bootstrap = k.bootstrap.PLAINTEXT }))
+      local topic = java_wrote()["txn-commit"].topic
+      local committed = parse_acks(java_wrote()["txn-commit"].lines)
+      local aborted = parse_acks(java_wrote()["txn-abort"].lines)
       local want = {}
       for i = 0, 39 do
         want[#want + 1] = ("%d:%d"):format(committed[i][1], committed[i][2])
@@ -112,12 +144,14 @@ if #versions > 0 then
       assert.equal(expected, controls)
     end)
 
-    for _, codec in ipairs(CODECS) do
-      it("lua-kafka writes " .. codec .. ", Java's consumer reads every record with its CRC checks", function()
+    -- What lua-kafka wrote in every codec, and what one JVM's consumers
+    -- read of each: {[codec] = {where = {["p:offset"] = id}, lines = ...}}
+    local java_read = once(function()
+      local r, cmds = {}, {}
+      for _, codec in ipairs(CODECS) do
         local topic = rt.uniq("lua-" .. codec)
         rt.create_topic(client, topic, 3, 1)
         local p = kafka.producer.new(client, { compression = codec, linger_ms = 5 })
-        local N = 300
         for i = 1, N do
           local headers = { { key = "i", value = tostring(i) }, { key = "null" }, { key = "e", value = "" } }
           local key
@@ -127,9 +161,20 @@ if #versions > 0 then
         end
         local reports, failed = p:flush()
         assert.equal(0, failed)
+        p:close()
         local where = {}
-        for _, r in ipairs(reports) do where[("%d:%d"):format(r.partition, r.offset)] = r.id end
-        local lines = rk.java({ "consume", topic, N, 120 }, { bootstrap = k.bootstrap.PLAINTEXT, timeout = 180 })
+        for _, x in ipairs(reports) do where[("%d:%d"):format(x.partition, x.offset)] = x.id end
+        r[codec] = { where = where }
+        cmds[#cmds + 1] = { "consume", topic, N, 120 }
+      end
+      local out = rk.java_chain(cmds, { bootstrap = k.bootstrap.PLAINTEXT, timeout = 300 })
+      for i, codec in ipairs(CODECS) do r[codec].lines = out[i] end
+      return r
+    end)
+
+    for _, codec in ipairs(CODECS) do
+      it("lua-kafka writes " .. codec .. ", Java's consumer reads every record with its CRC checks", function()
+        local where, lines = java_read()[codec].where, java_read()[codec].lines
         local n = 0
         for _, l in ipairs(lines) do
           local part, off, ts, tstype, kh, vh, hh = l:match("^REC (%d+) (%d+) (%-?%d+) (%d+) (%S+) (%S+) (%S+)$")
@@ -144,7 +189,6 @@ if #versions > 0 then
           assert.equal(rk.hex("i") .. "=" .. rk.hex(tostring(i)) .. "," .. rk.hex("null") .. "=-," .. rk.hex("e") .. "=~", hh)
         end
         assert.equal(N, n)
-        p:close()
       end)
     end
   end)

@@ -307,20 +307,21 @@ if have_kcat() and not H.lite() then
           end
           return true
         end
-        -- (cooperative) 100 messages a second while the group changes, 1800
-        -- in all (a flush waits for the 100 ms: batches every half second
-        -- leave the members most of the time)
+        -- (cooperative) 200 messages a second while the group changes: up to
+        -- 1200 while kcat, a and b split the partitions, the rest (1800 in
+        -- all) while kcat leaves (a flush waits for the 100 ms: batches every
+        -- half second leave the members most of the time)
         local TOTAL = 1800
-        local last_feed = 0
+        local last_feed, cap = 0, 1200
         local trickle = not eager and function()
           -- (not while one of ours waits for a group answer: it answers at once)
           for _, name in ipairs(order) do
             local st = members[name]:group_state().state
             if st == "joining" or st == "syncing" then return end
           end
-          if n_produced < TOTAL and socket.gettime() - last_feed >= 0.5 then
+          if n_produced < cap and socket.gettime() - last_feed >= 0.5 then
             last_feed = socket.gettime()
-            produce(50)
+            produce(math.min(100, cap - n_produced))
           end
         end or nil
 
@@ -349,6 +350,7 @@ if have_kcat() and not H.lite() then
           "kcat did not stop on SIGTERM")
         read_kcat()
         log[#log + 1] = { member = "kcat", kind = "closed" }
+        cap = TOTAL
         assert(drive(60, function() return stable_split(3) end, trickle), "a and b have 3 partitions each: " .. states())
         if eager then produce(600) end
         assert(drive(40, function() return n_produced == TOTAL and settled() end, trickle), "everything consumed")

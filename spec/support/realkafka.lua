@@ -246,6 +246,23 @@ function _M.java(args, opts)
   return _M.run_java("Peer", args, peer_opts(opts or {}))
 end
 
+-- java_chain({args, args, ...} [, opts]) -> {lines, lines, ...}: several
+-- Peer.java modes run one after another in one JVM (its start costs about
+-- a second), each one's lines apart.
+function _M.java_chain(cmds, opts)
+  local args = {}
+  for i, c in ipairs(cmds) do
+    if i > 1 then args[#args + 1] = "+" end
+    for _, x in ipairs(c) do args[#args + 1] = x end
+  end
+  local out, cur = {}, {}
+  for _, l in ipairs(_M.java(args, opts)) do
+    if l == "NEXT" then out[#out + 1], cur = cur, {} else cur[#cur + 1] = l end
+  end
+  if #out ~= #cmds or #cur > 0 then error("java peer: " .. #out .. " of " .. #cmds .. " modes ended", 2) end
+  return out
+end
+
 -- java_bg(args [, opts]) -> a peer running in the background: p:lines()
 -- (every line written so far), p:stop() (creates the stop file the
 -- "group" mode watches), p:wait([secs]) -> the lines once it printed DONE

@@ -1,7 +1,8 @@
 // Kafka's own Java client as a peer for the specs (spec/support/realkafka.lua
 // compiles it once against kafka-clients and runs it with java -cp).
 //
-// Every mode prints one line per fact and "DONE" at the end; bytes are hex,
+// Every mode prints one line per fact and "DONE" at the end (modes chained
+// with "+" in one run: "NEXT" after each); bytes are hex,
 // a null key/value/header value is "-", an empty one "~":
 //   produce TOPIC N CODEC MODE   MODE: plain | idempotent | txn-commit | txn-abort
 //       record i: key "k<i>", value "v<i>-" + 'x' * (i % 7 * 40), header "i" = "<i>",
@@ -70,7 +71,23 @@ public class Peer {
 
     static byte[] utf8(String s) { return s.getBytes(StandardCharsets.UTF_8); }
 
-    public static void main(String[] a) throws Exception {
+    // Several modes in one JVM (a JVM and kafka-clients take a second to
+    // start): "MODE ARGS + MODE ARGS ...", each mode's lines ended by "NEXT".
+    public static void main(String[] args) throws Exception {
+        List<String> cmd = new ArrayList<>();
+        for (int i = 0; i <= args.length; i++) {
+            if (i < args.length && !args[i].equals("+")) { cmd.add(args[i]); continue; }
+            boolean chained = i < args.length || cmd.size() < args.length;
+            run(cmd.toArray(new String[0]));
+            if (chained) System.out.println("NEXT");
+            cmd.clear();
+        }
+        System.out.println("DONE");
+        System.out.flush();
+        System.exit(0);
+    }
+
+    static void run(String[] a) throws Exception {
         switch (a[0]) {
             case "produce" -> produce(a[1], Integer.parseInt(a[2]), a[3], a[4]);
             case "consume" -> consume(a[1], Integer.parseInt(a[2]), Integer.parseInt(a[3]), a.length > 4 ? a[4] : "read_uncommitted");
@@ -93,9 +110,6 @@ public class Peer {
             case "group" -> group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5]);
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
         }
-        System.out.println("DONE");
-        System.out.flush();
-        System.exit(0);
     }
 
     static void produce(String topic, int n, String codec, String mode) throws Exception {
