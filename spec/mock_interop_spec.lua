@@ -279,7 +279,7 @@ describe("Kafka's Java client against kafka-mock on TCP", function()
       end
       local out = rk.java_chain(cmds, { bootstrap = m.bootstrap, timeout = 240,
         props = { ["request.timeout.ms"] = "10000" } })
-      for ci, codec in ipairs(codecs) do
+      for ci = 1, #codecs do
         local lines = out[2 * ci - 1]
         local seen = {}
         for _, l in ipairs(lines) do
