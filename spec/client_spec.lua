@@ -503,6 +503,52 @@ describe("client against the mock cluster", function()
   end)
 end)
 
+-- max_in_flight_requests_per_connection bounds the Produce requests waiting
+-- for an answer on each connection (as in Kafka's clients), not only the
+-- batches of a partition: one batch a request (max_request_bytes), 12
+-- partitions on one broker answering after 50 ms.
+describe("the producer against one slow broker", function()
+  for _, idem in ipairs { true, false } do
+    it(("max_in_flight_requests_per_connection = 3 bounds the requests on the connection (enable_idempotence %s)")
+      :format(tostring(idem)), function()
+      local m1 = mock.start { brokers = 1, topics = { "inflight:12" } }
+      m1:cmd("rtt 1 50")
+      local c1 = kafka.client.new { brokers = m1.bootstrap, client_id = "spec-inflight" }
+      local ok, err = pcall(function()
+        local p = kafka.producer.new(c1, { enable_idempotence = idem, max_in_flight_requests_per_connection = 3,
+          batch_size = 1024, max_request_bytes = 1500, linger_ms = 0 })
+        local most = 0
+        local round = p._send_round
+        p._send_round = function(self, ...)
+          round(self, ...)
+          local per = {}
+          for _, x in ipairs(self.in_flight) do
+            per[x.conn] = (per[x.conn] or 0) + 1
+            if per[x.conn] > most then most = per[x.conn] end
+          end
+        end
+        local N = 12 * 10
+        for i = 1, N do assert(p:send("inflight", ("#%d "):format(i) .. ("x"):rep(200), { partition = i % 12 })) end
+        local reports, failed = p:flush()
+        assert.are.equal(0, failed)
+        assert.are.equal(N, #reports)
+        -- in order per partition: offsets rise with the ids
+        local last = {}
+        for _, r in ipairs(reports) do
+          assert.are.equal(r.id % 12, r.partition)
+          assert.is_true(r.offset > (last[r.partition] or -1))
+          last[r.partition] = r.offset
+        end
+        assert.are.equal(3, most)
+        p:close()
+      end)
+      c1:close()
+      m1:stop()
+      assert(ok, err)
+    end)
+  end
+end)
+
 describe("client:call, the retry service", function()
   it("o.backoff(kafka_code, attempt) overrides a retry's wait (a first AddPartitionsToTxn's CONCURRENT_TRANSACTIONS: 20 ms)",
     function()

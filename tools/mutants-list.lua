@@ -480,4 +480,9 @@ return {
     replace = "    if (v || 1) {\n      lua_pushlstring(L, v ? (const char *)v : \"\", vl);",
     spec = "spec/interop_java_spec.lua", filter = "idempotent producer writes gzip", env = K,
     promise = "a null header value Java wrote reads as an absent value (nil), not as an empty string" },
+  { name = "inflight-per-partition-only", file = "lua/kafka/producer.lua",
+    find = [[    if (per_conn[conn] or 0) >= self.max_in_flight then]],
+    replace = [[    if false then]],
+    spec = "spec/client_spec.lua", filter = "bounds the requests on the connection",
+    promise = "max_in_flight_requests_per_connection bounds the Produce requests in flight on each connection" },
 }

@@ -147,7 +147,7 @@ function _M.new(client_or_opts, opts)
     -- idempotence and transactions (see the transaction manager below)
     idem_mode = idem_mode,          -- "on", "off", "auto" (decided at the first send round)
     idempotent = nil,               -- true once a producer id is held, false when off
-    max_in_flight = max_in_flight,  -- batches per partition in flight (1 without idempotence)
+    max_in_flight = max_in_flight,  -- requests per connection in flight; with idempotence also batches per partition (else 1)
     transactional_id = txn_id,
     transaction_timeout_ms = int(WHERE, "transaction_timeout_ms", opts.transaction_timeout_ms, 60000, 1),
     producer_id = -1,
@@ -719,6 +719,7 @@ function _M:_send_round(deadline, linger)
   local n_items = 0
   for _, topic in pairs(self.topics) do
     for _, tp in ipairs(topic.order) do
+      tp.conn_wait = nil
       local q = tp.queue
       local i, n = 1, 0
       while q[i] do
@@ -811,28 +812,46 @@ function _M:_send_round(deadline, linger)
       t.partition_data[#t.partition_data + 1] = { index = it.partition, records = batch.b }
     end
   end
-  -- send every request first, then read the answers: brokers work in parallel
+  -- send every request first, then read the answers: brokers work in
+  -- parallel. max_in_flight_requests_per_connection bounds the requests
+  -- waiting for an answer on each connection, as in Kafka's clients: a
+  -- request past it waits for the next round after an answer there (in
+  -- order: a partition's later batches are in later requests).
   local in_flight = self.in_flight
+  local per_conn = {}
+  for _, s in ipairs(in_flight) do per_conn[s.conn] = (per_conn[s.conn] or 0) + 1 end
   for _, req in ipairs(reqs) do
     local conn = req.conn
-    local v, err, code = conn:version(PRODUCE)
-    -- transactions v1: Produce at most v11 (v12 is what tells the broker
-    -- to add the partition to the transaction itself, KIP-890); v2: v12+
-    if v and self.transactional_id and v > 11 and self.txn_version ~= 2 then v = 11 end
-    local corr
-    if v then
-      corr, err, code = conn:send(PRODUCE, v, { transactional_id = self.transactional_id, acks = self.acks,
-        timeout_ms = self.timeout_ms, topic_data = req.list }, { no_response = self.acks == 0,
-        timeout_ms = self.timeout_ms, deadline = deadline })
-    end
-    local s = { conn = conn, req = req, corr = corr }
-    for _, it in ipairs(req.items) do it.batch.state = "in_flight" end
-    if corr and self.acks ~= 0 then
-      in_flight[#in_flight + 1] = s
+    if (per_conn[conn] or 0) >= self.max_in_flight then
+      for _, it in ipairs(req.items) do it.tp.conn_wait = true end
     else
-      self:_settle(s, corr and { responses = {} } or nil, err, code)
+      local s = self:_send_request(req, deadline)
+      if s then
+        in_flight[#in_flight + 1] = s
+        per_conn[conn] = (per_conn[conn] or 0) + 1
+      end
     end
   end
+end
+
+-- Sends one Produce request: its in-flight record, or nil when it is
+-- settled already (acks 0, or the send failed).
+function _M:_send_request(req, deadline)
+  local conn = req.conn
+  local v, err, code = conn:version(PRODUCE)
+  -- transactions v1: Produce at most v11 (v12 is what tells the broker
+  -- to add the partition to the transaction itself, KIP-890); v2: v12+
+  if v and self.transactional_id and v > 11 and self.txn_version ~= 2 then v = 11 end
+  local corr
+  if v then
+    corr, err, code = conn:send(PRODUCE, v, { transactional_id = self.transactional_id, acks = self.acks,
+      timeout_ms = self.timeout_ms, topic_data = req.list }, { no_response = self.acks == 0,
+      timeout_ms = self.timeout_ms, deadline = deadline })
+  end
+  local s = { conn = conn, req = req, corr = corr }
+  for _, it in ipairs(req.items) do it.batch.state = "in_flight" end
+  if corr and self.acks ~= 0 then return s end
+  self:_settle(s, corr and { responses = {} } or nil, err, code)
 end
 
 -- Reads the answers in flight until the deadline (now: only those already
@@ -1018,17 +1037,26 @@ function _M:_retry(tp, batch, err, code, kcode)
 end
 
 -- The earliest time a queued batch not in flight is due (its retry or its
--- delivery deadline).
+-- delivery deadline). A partition at its bound of batches in flight, or
+-- waiting for its connection's, or draining after a failed attempt, is
+-- due when an answer comes (flush waits on the answers then: without this
+-- it polled them in a busy loop).
 function _M:_next_due()
   local t = math.huge
+  local maxf = self.idempotent and self.max_in_flight or 1
   for _, topic in pairs(self.topics) do
     for _, tp in ipairs(topic.order) do
       local q = tp.queue
+      local n = 0
       for i = 1, #q do
         local b = q[i]
-        if b.state ~= "in_flight" then
-          local due = b.next_try < b.expires and b.next_try or b.expires
-          if due < t then t = due end
+        if b.state == "in_flight" then
+          n = n + 1
+        else
+          if n < maxf and not tp.conn_wait and not (n > 0 and tp.drain) then
+            local due = b.next_try < b.expires and b.next_try or b.expires
+            if due < t then t = due end
+          end
           break
         end
       end
@@ -1052,11 +1080,13 @@ function _M:_flush(timeout_ms, room)
   end
   while not done() do
     self:_send_round(deadline)
-    self:_collect(client.now()) -- every answer already there
+    -- every answer already there; one settled: its partitions (and those
+    -- waiting for its connection) are due at once
+    local settled = self:_collect(client.now()) > 0
     if done() then break end
     local t = client.now()
     if t >= deadline then break end
-    local wake = math.min(deadline, self:_next_due())
+    local wake = settled and t or math.min(deadline, self:_next_due())
     if self.in_flight[1] then
       -- wait on the oldest answer; with several in flight, in short slices
       -- so the partitions of a fast broker go on while a slow one answers
@@ -1064,7 +1094,8 @@ function _M:_flush(timeout_ms, room)
       self:_wait_one(math.max(wake, t))
     elseif wake > t then
       -- everything waits for a retry backoff: sleep until the first is due
-      client.sleep(math.ceil(wake - t))
+      -- (a second at most: a round too many costs little, a lost wake-up a hang)
+      client.sleep(math.ceil(math.min(wake - t, 1000)))
     end
   end
   if room then
