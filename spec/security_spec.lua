@@ -21,11 +21,15 @@ local MECHS = { "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER" }
 local function b64url(s) return (proto.crypto.b64_encode(s):gsub("+", "-"):gsub("/", "_"):gsub("=", "")) end
 
 -- An unsecured JWS (alg none) as Kafka's unsecured validator takes it,
--- and its exact remaining lifetime in ms (exp is in whole seconds).
+-- and its remaining lifetime in ms. iat and exp are NumericDates with
+-- milliseconds (the validator reads fractions): with whole seconds a 2 s
+-- token could have 1.0 s left, the re-authentication came within a second
+-- of the last one, and the broker refuses that (ILLEGAL_SASL_STATE: at
+-- most one re-authentication a second, KafkaChannel).
 local function jws(sub, lifetime_s)
-  local now = os.time()
-  return b64url('{"alg":"none"}') .. "." .. b64url(('{"sub":"%s","iat":%d,"exp":%d}'):format(sub, now,
-    now + lifetime_s)) .. ".", math.floor((now + lifetime_s - socket.gettime()) * 1000)
+  local now = math.floor(socket.gettime() * 1000) / 1000
+  return b64url('{"alg":"none"}') .. "." .. b64url(('{"sub":"%s","iat":%.3f,"exp":%.3f}'):format(sub, now,
+    now + lifetime_s)) .. ".", math.floor(lifetime_s * 1000)
 end
 
 -- a socket factory counting connects; redirect dials another address
