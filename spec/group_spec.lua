@@ -165,9 +165,9 @@ local function new_world(client, topic, gid, base_opts, parts)
   return w
 end
 
--- a producer writing f.total messages (`total`; a spec may lower it) at `rate` per second (nil: as fast
--- as rounds go) while the group runs, so every rebalance happens while
--- messages arrive
+-- a producer writing f.total messages (`total`; a spec may lower it) at
+-- `rate` per second (nil: as fast as rounds go) while the group runs, so
+-- every rebalance happens while messages arrive
 local function feeder(client, topic, total, per_round, rate)
   local p = kafka.producer.new(client, { linger_ms = 0 })
   local f = { sent = 0, produced = {}, total = total }

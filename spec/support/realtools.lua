@@ -57,10 +57,11 @@ end
 -- session timeout is the group's (IncrementalAlterConfigs on the GROUP
 -- resource), the broker's 10 s unless the group sets one; 6 s (the
 -- brokers' minimum) moves a killed member's partitions sooner.
+local GROUP_RESOURCE = 32 -- ConfigResource.Type.GROUP (KIP-848)
 function _M.group_session_timeout(client, group, ms)
   local c = assert(client:any_broker())
   local resp = assert(c:request(proto.api_key("IncrementalAlterConfigs"), { validate_only = false,
-    resources = { { resource_type = 32, resource_name = group,
+    resources = { { resource_type = GROUP_RESOURCE, resource_name = group,
       configs = { { name = "consumer.session.timeout.ms", config_operation = 0, value = tostring(ms) } } } } }))
   local r = resp.responses[1]
   assert(r.error_code == 0, tostring(r.error_message))

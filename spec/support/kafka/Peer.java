@@ -74,10 +74,10 @@ public class Peer {
     // Several modes in one JVM (a JVM and kafka-clients take a second to
     // start): "MODE ARGS + MODE ARGS ...", each mode's lines ended by "NEXT".
     public static void main(String[] args) throws Exception {
+        boolean chained = List.of(args).contains("+");
         List<String> cmd = new ArrayList<>();
         for (int i = 0; i <= args.length; i++) {
             if (i < args.length && !args[i].equals("+")) { cmd.add(args[i]); continue; }
-            boolean chained = i < args.length || cmd.size() < args.length;
             run(cmd.toArray(new String[0]));
             if (chained) System.out.println("NEXT");
             cmd.clear();
