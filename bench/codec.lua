@@ -91,6 +91,28 @@ for _, size in ipairs({ 100, 1024 }) do
     local corr, body = proto.decode_response("Fetch", 11, frame)
     check_rows(corr == 1 and body.responses[1].partitions[1].records, vals, "decode_tables " .. codec)
     emit("decode_tables", size, codec, median(function() return proto.decode_response("Fetch", 11, frame) end))
+    if codec == "none" then
+      -- for scale beside the row above and a consumer: the messages alone,
+      -- made in Lua with nothing decoded, one table and one fresh value
+      -- string each: the decoder's 3 fields (offset, timestamp, value),
+      -- then a consumer's 6 (topic, partition, high_watermark beside them)
+      local blob = table.concat(vals)
+      emit("alloc_floor", size, codec, median(function()
+        local out = {}
+        for i = 1, N do
+          out[i] = { offset = i - 1, timestamp = TS, value = blob:sub((i - 1) * size + 1, i * size) }
+        end
+        return out
+      end))
+      emit("alloc_floor_consumer", size, codec, median(function()
+        local out = {}
+        for i = 1, N do
+          out[i] = { topic = "t", partition = 0, high_watermark = N, offset = i - 1, timestamp = TS,
+            value = blob:sub((i - 1) * size + 1, i * size) }
+        end
+        return out
+      end))
+    end
     check_columns(proto.decode_columns(recs), vals, "decode_columns " .. codec)
     emit("decode_columns", size, codec, median(function() return proto.decode_columns(recs) end))
   end
