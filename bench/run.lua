@@ -497,9 +497,9 @@ for _, size in ipairs({ 100, 1024 }) do
   for _, a in ipairs({ { "alloc_floor", "for scale beside decoding into tables: the messages alone, made in Lua,"
     .. " nothing decoded (a table of offset, timestamp, value and a fresh value string each)" }, { "alloc_floor_consumer", "the same with a"
     .. " consumer's 6 fields (topic, partition, high_watermark beside them)" } }) do
-    local af, fl = results[a[1] .. " " .. size .. " none"] or {}, results["decode_tables " .. size .. " none"] or {}
+    local af, dt = results[a[1] .. " " .. size .. " none"] or {}, results["decode_tables " .. size .. " none"] or {}
     rows[#rows + 1] = ("| %s | %d B | none | %s | %s | - | - | %s |"):format(a[2], size, M(af.lua54), M(af.luajit),
-      M(fl.floor))
+      M(dt.floor))
   end
 end
 local e2e, e2e_mem, e2e_gc = {}, {}, {}
