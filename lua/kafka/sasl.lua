@@ -373,10 +373,18 @@ function _M.authenticate(conn)
   local sec = conn.security
   if not sec or not sec.sasl then return true end
   conn._sasl_busy = true
+  conn.reauth_started = nil -- a new connection: no re-authentication yet
   local ok, err, code = exchange(conn, false)
   conn._sasl_busy = false
   return ok, err, code
 end
+
+-- The broker refuses a re-authentication that starts within a second of
+-- the last one on a connection (KafkaChannel: ILLEGAL_SASL_STATE), so a
+-- session shorter than that (a token or connections.max.reauth.ms under
+-- about 1.2 s) is replaced by a new connection instead; the margin covers
+-- the network's jitter between our clock and the broker's receipt.
+local MIN_REAUTH_INTERVAL_MS = 1100
 
 -- maybe_reauthenticate(conn) -> true | nil, err, code: re-authenticates
 -- once the session is past its re-authentication time (KIP-368). Requests
@@ -385,9 +393,11 @@ function _M.maybe_reauthenticate(conn)
   if conn._sasl_busy or not conn.reauth_at or not conn.sock then return true end
   local t = conn.security.now()
   if t < conn.reauth_at then return true end
-  if t >= conn.session_end then
+  local too_soon = conn.reauth_started and t - conn.reauth_started < MIN_REAUTH_INTERVAL_MS
+  if t >= conn.session_end or too_soon then
     -- an idle connection past its session: the broker closes it on the
-    -- next request, re-authentication included. Responses still due are
+    -- next request, re-authentication included (and one re-authenticated
+    -- less than a second ago would be refused). Responses still due are
     -- read first and kept; then a new connection authenticates afresh.
     local kept = {}
     while conn:in_flight() > 0 do
@@ -397,7 +407,8 @@ function _M.maybe_reauthenticate(conn)
       kept[head.corr] = body
     end
     for corr, body in pairs(conn.ready) do kept[corr] = body end
-    conn:close("SASL session expired")
+    conn:close(too_soon and "SASL session shorter than the broker's interval between re-authentications"
+      or "SASL session expired")
     local ok, err, code = conn:connect()
     if not ok then return nil, err, code end
     for corr, body in pairs(kept) do conn.ready[corr] = body end
@@ -405,6 +416,7 @@ function _M.maybe_reauthenticate(conn)
     return true
   end
   conn._sasl_busy = true
+  conn.reauth_started = t
   local ok, err, code = exchange(conn, true)
   conn._sasl_busy = false
   if ok then conn.sasl_reauthenticated = (conn.sasl_reauthenticated or 0) + 1 end
