@@ -74,8 +74,9 @@ for _, size in ipairs({ 100, 1024 }) do
       emit("encode_values", size, codec, median(function()
         return proto.encode_records(vals, { compression = codec })
       end))
-      -- the bound of the row above: a builder method called with the
-      -- same arguments that checks its builder and returns, doing no work
+      -- the call alone in encode_batch's row (its bound at 100 B): a
+      -- builder method called with b:append's arguments that checks its
+      -- builder and returns, doing no work
       emit("call_floor", size, codec, median(function()
         for i = 1, N do b:bytes_size(vals[i], nil, nil, TS) end
       end))

@@ -488,7 +488,7 @@ for _, size in ipairs({ 100, 1024 }) do
   row("encode_values", size, "none", "kp", "encode_batch", "encode_batch", "encode v2 batch (encode_records, values)")
   row("encode_request", size, "none", "kp", "encode_batch", "encode_batch", "encode Produce request (message array)")
   local cf, fl = results["call_floor " .. size .. " none"] or {}, results["encode_batch " .. size .. " none"] or {}
-  rows[#rows + 1] = ("| the bound of proto.batch's row: a builder method call doing no work (b:bytes_size, the same"
+  rows[#rows + 1] = ("| the call alone in proto.batch's row: a builder method doing no work (b:bytes_size, the same"
     .. " arguments) | %d B | none | %s | %s | - | - | %s |"):format(size, M(cf.lua54), M(cf.luajit), M(fl.floor))
   for _, codec in ipairs({ "none", "gzip", "snappy", "lz4", "zstd" }) do
     row("decode_tables", size, codec, "kp", nil, nil, "decode Fetch into tables")
