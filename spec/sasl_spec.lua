@@ -72,6 +72,50 @@ describe("kafka.proto.crypto (libcrypto)", function()
     assert.is_false(crypto.check_host(pem, "other.test"))
     assert.is_nil((crypto.check_host("not a pem", "broker.test")))
   end)
+
+  -- RFC 6125 6.4.3: a wildcard is the whole left-most label, matches one
+  -- label, and never a partial label (b*.example.com), a label other than
+  -- the left-most (a.*.mid.test), a public suffix's only label (*.com) or
+  -- an IDN A-label (xn--*). Java's HostnameChecker refuses each too. With no
+  -- DNS name in the SAN, the subject's CN is the name (RFC 2818, Java).
+  local function cert(dir, subj, san)
+    assert(os.execute(("mkdir -p %s && cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout k -out c.pem -days 2 "
+      .. "-subj %s %s 2>/dev/null"):format(dir, dir, subj, san and ("-addext 'subjectAltName=%s'"):format(san) or "")))
+    local f = assert(io.open(dir .. "/c.pem", "rb"))
+    local pem = f:read("*a")
+    f:close()
+    os.execute("rm -rf " .. dir)
+    return pem
+  end
+
+  it("refuses partial-label, inner, single-label and IDN wildcards (RFC 6125 6.4.3), accepts each name whole", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    local pem = cert(dir, "/CN=cn.test", "DNS:b*.example.com,DNS:*x.part.test,DNS:a.*.mid.test,DNS:*.com,"
+      .. "DNS:xn--*.idn.test,DNS:*.*.two.test,DNS:whole.test")
+    for _, host in ipairs { "b1.example.com", "b.example.com", "bx.example.com", "x.part.test", "ax.part.test",
+      "a.b.mid.test", "a.x.mid.test", "example.com", "xn--abc.idn.test", "a.b.two.test", "cn.test", "b1.test" } do
+      assert.is_false(crypto.check_host(pem, host), host)
+    end
+    assert.is_true(crypto.check_host(pem, "whole.test"))
+    assert.is_true(crypto.check_host(pem, "WHOLE.TEST"))
+    assert.is_false(crypto.check_host(pem, "a.whole.test"))
+    assert.is_false(crypto.check_host(pem, "whole.test.evil"))
+  end)
+
+  it("takes the subject's CN when the certificate has no DNS name, and only then", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    local pem = cert(dir, "/CN=only-cn.test")
+    assert.is_true(crypto.check_host(pem, "only-cn.test"))
+    assert.is_false(crypto.check_host(pem, "other.test"))
+    assert.is_false(crypto.check_host(pem, "x.only-cn.test"))
+    -- an IP SAN alone leaves the CN as the DNS name; the IP is still checked as an IP
+    pem = cert(dir, "/CN=ipcn.test", "IP:10.9.8.7")
+    assert.is_true(crypto.check_host(pem, "ipcn.test"))
+    assert.is_true(crypto.check_host(pem, "10.9.8.7"))
+    assert.is_false(crypto.check_host(pem, "10.9.8.6"))
+  end)
 end)
 
 -- Runs a mechanism against a scripted server: returns the client's messages.
@@ -124,6 +168,42 @@ describe("SCRAM", function()
     assert.matches("malformed server%-final", err)
     _, err = run(m256(), { first, "e=invalid-proof" })
     assert.matches("server error: invalid%-proof", err)
+  end)
+
+  -- RFC 5802 section 5 / RFC 7677: the signature is the whole HMAC; one that
+  -- is a prefix of it (a short or truncated v=), longer, empty, or not
+  -- base64 is refused, as is an "m=" mandatory extension in either server
+  -- message (RFC 5802 5.1: its presence must fail the exchange).
+  it("refuses a server signature that is short, long, empty or not base64 (only the whole HMAC passes)", function()
+    local good = crypto.b64_decode("6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    assert.equal(32, #good)
+    for _, sig in ipairs { good:sub(1, 31), good:sub(1, 16), good:sub(1, 1), good .. "\0", good .. good } do
+      local sent, err = run(m256(), { first, "v=" .. crypto.b64_encode(sig) })
+      assert.are.equal(2, #sent)
+      assert.are.equal("the server signature is wrong: the broker does not know the password "
+        .. "(or the exchange was tampered with)", err)
+    end
+    local _, err = run(m256(), { first, "v=" })
+    assert.matches("server signature is wrong", err)
+    _, err = run(m256(), { first, "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4" }) -- padding cut
+    assert.are.equal("malformed server-final-message", err)
+    _, err = run(m256(), { first, "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=,m=x" })
+    assert.are.equal("the server sent a mandatory extension (m=), which SCRAM does not define", err)
+    _, err = run(m256(), { "m=x," .. first })
+    assert.are.equal("the server sent a mandatory extension (m=), which SCRAM does not define", err)
+    -- "=" inside a value (a nonce may hold it, base64 ends with it) is no attribute
+    local sent
+    sent, err = run(m256(), { "r=rOprNGfwEbeRWgbNEkqOe=x;m=y,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "v=AAAA" })
+    assert.are.equal(2, #sent)
+    assert.are.equal("c=biws,r=rOprNGfwEbeRWgbNEkqOe=x;m=y,p=", sent[2]:sub(1, 39))
+    assert.matches("server signature is wrong", err)
+    -- an attribute's name is one letter at the start of its part: "xv=" is not v=
+    _, err = run(m256(), { first, "xv=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=" })
+    assert.are.equal("malformed server-final-message", err)
+    -- the good one passes, with extensions after it (RFC 5802 allows them)
+    sent, err = run(m256(), { first, "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=,x=ext" })
+    assert.is_nil(err)
+    assert.are.equal(2, #sent)
   end)
 
   it("refuses a server nonce that does not extend the client's, and low iteration counts", function()

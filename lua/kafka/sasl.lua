@@ -163,10 +163,14 @@ function scram:start()
   return "n,," .. self.first_bare
 end
 
+-- A SCRAM message's attributes: comma-separated "k=value" parts, the first
+-- of each name kept (a value may hold "=", as base64 padding does).
+local MEXT = "the server sent a mandatory extension (m=), which SCRAM does not define"
 local function attrs(msg)
   local t = {}
-  for k, v in msg:gmatch("([%a])=([^,]*)") do
-    if t[k] == nil then t[k] = v end
+  for part in (msg .. ","):gmatch("([^,]*),") do
+    local k, v = part:match("^(%a)=(.*)$")
+    if k and t[k] == nil then t[k] = v end
   end
   return t
 end
@@ -176,6 +180,7 @@ function scram:step(msg)
   if self.state == "first" then
     local a = attrs(msg)
     if a.e then return nil, "server error: " .. a.e end
+    if a.m then return nil, MEXT end
     local r, salt, i = a.r, a.s and unb64(a.s), tonumber(a.i)
     if not r or not salt or not i then return nil, "malformed server-first-message" end
     if r:sub(1, #self.nonce) ~= self.nonce or #r <= #self.nonce then
@@ -196,6 +201,7 @@ function scram:step(msg)
   elseif self.state == "final" then
     local a = attrs(msg)
     if a.e then return nil, "server error: " .. a.e end
+    if a.m then return nil, MEXT end
     local v = a.v and unb64(a.v)
     if not v then return nil, "malformed server-final-message" end
     if v ~= self.server_signature then
