@@ -267,6 +267,12 @@ end
 --   drain     after a failed attempt nothing more of the partition is
 --             sent until its batches in flight have answered; then the
 --             queue is sent again in order
+--   pid, epoch  the producer id and epoch next_seq counts under (nil:
+--             nothing stamped yet); older than the producer's after an
+--             epoch bump until the partition restarts at sequence 0
+--   reset     (idempotence) the partition's sequences are broken: once its
+--             batches in flight have answered, its stamped batches are
+--             stamped again from 0 under the producer's id and epoch
 function _M._tp(_, t, partition)
   local tp = t.parts[partition]
   if not tp then
@@ -502,7 +508,7 @@ end
 -- new epoch (KIP-360); in a transaction it makes the transaction abortable.
 function _M:_fail(tp, batch, err, code, kcode)
   self:_unqueue(tp, batch)
-  if batch.seq and self.idempotent then self.need_bump = true end
+  if batch.seq and self.idempotent then self:_want_bump(tp, batch) end
   if self.txn_state == "in_transaction" or self.txn_state == "committing" then
     self:_txn_error("abortable_error", ("a message of the transaction failed: %s"):format(tostring(err)),
       "abortable", kcode)
@@ -517,30 +523,65 @@ local function seq_add(seq, n)
 end
 
 -- Stamps a sealed batch with the producer id, epoch and its base sequence.
+-- A partition whose sequences count under an older id or epoch (a bump)
+-- restarts at 0: the send round stamps a new batch there only once none
+-- stamped under the old one is left.
 function _M:_stamp(tp, batch)
-  batch.seq = tp.next_seq
+  local pid, epoch = self.producer_id, self.producer_epoch
+  if tp.pid ~= pid or tp.epoch ~= epoch then
+    tp.pid, tp.epoch, tp.next_seq = pid, epoch, 0
+  end
+  batch.seq, batch.pid, batch.epoch = tp.next_seq, pid, epoch
   tp.next_seq = seq_add(tp.next_seq, batch.count)
-  batch.b:stamp { producer_id = self.producer_id, producer_epoch = self.producer_epoch, base_sequence = batch.seq,
+  batch.b:stamp { producer_id = pid, producer_epoch = epoch, base_sequence = batch.seq,
     transactional = self.transactional_id ~= nil }
 end
 
--- One InitProducerId attempt (for client:call) on conn: body decides
--- whether it is transactional and whether it bumps the current epoch.
-local function init_pid(self, c, body, deadline)
+-- A stamped batch of tp failed, or was refused for its sequence: the
+-- broker's sequence for the partition is in doubt. A transactional
+-- producer bumps at the transaction's end (need_bump); an idempotent one
+-- bumps its epoch locally in the next send round and restarts the
+-- partition at 0 (Java's requestIdempotentEpochBumpForPartition). A batch
+-- stamped under an older epoch than the producer's (answered after a
+-- bump) asks for no second bump: its partition restarts under the current one.
+function _M:_want_bump(tp, batch)
+  if self.transactional_id then
+    self.need_bump = true
+    return
+  end
+  tp.reset, tp.drain = true, true
+  if batch.pid == self.producer_id and batch.epoch == self.producer_epoch then self.need_bump = true end
+end
+
+-- InitProducerId errors of an idempotent (not transactional) producer,
+-- which asks only for a new id: fatal as in Kafka's Java client and
+-- librdkafka (rd_kafka_idemp_check_error) - authorization, a fenced id,
+-- an unsupported version or message format; everything else is retried
+-- after a backoff (librdkafka retries it too; Java's "unexpected error"
+-- branch, fatal, is not followed).
+local PID_FATAL = { [errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] = true,
+  [errors.CLUSTER_AUTHORIZATION_FAILED] = true, [errors.UNSUPPORTED_VERSION] = true,
+  [errors.UNSUPPORTED_FOR_MESSAGE_FORMAT] = true }
+local PID_FENCED = { [errors.PRODUCER_FENCED] = true, [errors.INVALID_PRODUCER_EPOCH] = true }
+
+local function pid_error(what, ec)
+  local e = errors.info(ec)
+  local msg = ("%s: %s (%s)"):format(what, e.name, e.message)
+  if PID_FENCED[ec] then return msg .. " (another producer with this id took over)", "fenced", ec, false end
+  if PID_FATAL[ec] then return msg, "fatal", ec, false end
+  return msg, "retriable", ec, true
+end
+
+-- One InitProducerId attempt (for client:call) on conn: a new producer id
+-- for an idempotent producer.
+local function init_pid(c, body, deadline)
   local v, err, code = c:version(API.InitProducerId)
   if not v then return nil, err, code end
-  if body.producer_id >= 0 and v < 3 then
-    if self.transactional_id then
-      return nil, ("%s: InitProducerId v%d cannot bump an epoch (v3+, Kafka 2.5+)"):format(c:name(), v), "fatal"
-    end
-    body = { transactional_id = nil, transaction_timeout_ms = body.transaction_timeout_ms, producer_id = -1,
-      producer_epoch = -1 } -- an older broker: a new producer id instead
-  end
   local resp
   resp, err, code = c:request(API.InitProducerId, body, { version = v, deadline = deadline })
   if not resp then return nil, err, code end
   if resp.error_code ~= errors.NONE then
-    return nil, self:_kafka_error("InitProducerId", resp.error_code)
+    return nil, pid_error("InitProducerId", resp.error_code)
   end
   return resp
 end
@@ -569,7 +610,7 @@ function _M:_first_pid(deadline)
       local resp, err, code = x.c:receive(x.corr, slice)
       if resp then
         for j, y in ipairs(sent) do if j ~= i then y.c:abandon(y.corr) end end
-        if resp.error_code ~= errors.NONE then return nil, self:_kafka_error("InitProducerId", resp.error_code) end
+        if resp.error_code ~= errors.NONE then return nil, pid_error("InitProducerId", resp.error_code) end
         return resp
       end
       if not (code == "timeout" and x.c:waiting(x.corr)) then
@@ -583,8 +624,8 @@ function _M:_first_pid(deadline)
 end
 
 -- Decides idempotence ("auto": on where the cluster has InitProducerId and
--- record format v2) and gets a producer id from any broker. Returns true,
--- or nil, err, code (the round's batches then fail with it).
+-- record format v2). Returns true (the producer id is asked for by
+-- _acquire_pid), or nil, err, code (the round's batches then fail with it).
 function _M:_init_idempotence()
   local client = self.client
   local magic, err, code = self:_magic()
@@ -601,55 +642,86 @@ function _M:_init_idempotence()
     return nil, ("enable_idempotence: %s does not support InitProducerId and record format v2 (Kafka 0.11+)")
       :format(c:name()), "unsupported"
   end
-  local resp
-  resp, err, code = client:call(function(deadline)
+  self.idempotent, self.producer_id, self.producer_epoch = true, -1, -1
+  return true
+end
+
+-- One attempt at a new producer id for an idempotent producer that holds
+-- none (the first send round, or an epoch that would overflow), from
+-- whichever broker answers first; a failure is tried again after
+-- retry_backoff_ms, doubling up to retry_backoff_max_ms, while the
+-- batches wait (their delivery deadline fails them, as in Java, where a
+-- failed InitProducerId is enqueued again). true: an id is held (or
+-- "auto" mode went off on a fatal error at the first id); false: not
+-- yet; nil, err, code, kcode: fatal (the producer's state is too).
+function _M:_acquire_pid()
+  local client = self.client
+  if self.pid_retry_at and client.now() < self.pid_retry_at then return false end
+  local resp, err, code, kcode = client:call(function(deadline)
     local r, ferr, fcode, fkcode, fretr = self:_first_pid(deadline)
     if r ~= false then return r, ferr, fcode, fkcode, fretr end
     local conn, cerr, ccode = client:any_broker(deadline)
     if not conn then return nil, cerr, ccode end
-    return init_pid(self, conn, { transactional_id = nil, transaction_timeout_ms = 2147483647, producer_id = -1,
+    return init_pid(conn, { transactional_id = nil, transaction_timeout_ms = 2147483647, producer_id = -1,
       producer_epoch = -1 }, deadline)
-  end)
-  if not resp then
-    if self.idem_mode == "auto" and code == "kafka" then -- e.g. no IdempotentWrite permission
+  end, { max_retries = 0 })
+  if resp then
+    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+    self.pid_attempts, self.pid_retry_at, self.pid_err, self.pid_held = 0, nil, nil, true
+    return true
+  end
+  if code == "fenced" or code == "fatal" then
+    if self.idem_mode == "auto" and not self.pid_held then -- e.g. no IdempotentWrite permission
       self.idem_mode, self.idempotent = "off", false
       return true
     end
-    return nil, err, code
-  end
-  self.producer_id, self.producer_epoch, self.idempotent = resp.producer_id, resp.producer_epoch, true
-  return true
-end
-
--- The epoch bump (KIP-360) of an idempotent producer, once nothing is in
--- flight: InitProducerId with the current id and epoch (a new id from
--- brokers before 2.5), every partition's sequence back to 0, and the
--- batches still queued stamped again in order.
-function _M:_bump()
-  local client = self.client
-  local resp, err, code, kcode = client:call(function(deadline)
-    local conn, cerr, ccode = client:any_broker(deadline)
-    if not conn then return nil, cerr, ccode end
-    return init_pid(self, conn, { transactional_id = nil, transaction_timeout_ms = 2147483647,
-      producer_id = self.producer_id, producer_epoch = self.producer_epoch }, deadline)
-  end)
-  if not resp then
-    if code == "fenced" or code == "fatal" then self:_txn_error("fatal_error", err, code, kcode) end
+    self:_txn_error("fatal_error", err, code, kcode)
     return nil, err, code, kcode
   end
-  self:_reset_sequences(resp.producer_id, resp.producer_epoch)
-  return true
+  local n = (self.pid_attempts or 0) + 1
+  local wait = math.min(self.retry_backoff_ms * 2 ^ (n - 1), self.retry_backoff_max_ms)
+  self.pid_attempts, self.pid_retry_at, self.pid_err = n, client.now() + wait, err
+  return false
 end
 
+-- The epoch bump (KIP-360) of an idempotent producer, local as in Kafka's
+-- Java client (TransactionManager.bumpIdempotentProducerEpoch): no
+-- request - the broker takes a higher epoch of a producer id it knows
+-- when the batch starts at sequence 0, and one it does not know at any
+-- sequence. Only when the epoch would overflow is the id dropped and a
+-- new one asked for (_acquire_pid). The partitions marked reset restart
+-- at 0 once their batches in flight have answered; the others keep their
+-- stamped batches (sent again with the old id and epoch, so a duplicate
+-- is still found) and restart at 0 after them.
+function _M:_bump_local()
+  self.need_bump = false
+  self.bumps = (self.bumps or 0) + 1
+  if self.producer_epoch >= 32767 then
+    self.producer_id, self.producer_epoch = -1, -1
+  else
+    self.producer_epoch = self.producer_epoch + 1
+  end
+end
+
+-- Stamps tp's stamped batches again from sequence 0 under the producer's
+-- id and epoch (nothing of tp in flight).
+function _M:_restamp(tp)
+  tp.pid, tp.reset = nil, false
+  for _, b in ipairs(tp.queue) do
+    if b.seq then self:_stamp(tp, b) end
+  end
+end
+
+-- A new id or epoch for every partition at once (transactions: at
+-- init_transactions, at a transaction's end), nothing in flight: every
+-- partition restarts at 0 and the batches still queued are stamped again.
 function _M:_reset_sequences(pid, epoch)
   self.producer_id, self.producer_epoch = pid, epoch
   self.need_bump = false
   for _, t in pairs(self.topics) do
     for _, tp in ipairs(t.order) do
-      tp.next_seq, tp.drain = 0, false
-      for _, b in ipairs(tp.queue) do
-        if b.seq then self:_stamp(tp, b) end
-      end
+      tp.drain = false
+      self:_restamp(tp)
     end
   end
 end
@@ -665,7 +737,7 @@ function _M:_fail_queued(err, code, kcode)
           i = i + 1
         else
           self:_unqueue(tp, batch)
-          if batch.seq and self.idempotent then self.need_bump = true end
+          if batch.seq and self.idempotent then self:_want_bump(tp, batch) end
           self:_done(tp, batch, nil, err, code, kcode)
         end
       end
@@ -704,18 +776,25 @@ function _M:_send_round(deadline, linger)
       return
     end
   end
-  if self.need_bump and self.idempotent and not self.transactional_id then
-    if self.in_flight[1] then return end -- the bump waits for every answer in flight
-    local ok, err, code, kcode = self:_bump()
-    if not ok then
-      self:_fail_queued(err, code, kcode)
-      return
+  -- an idempotent producer's own epoch bump, then a producer id if it has none
+  local no_pid = false
+  if self.idempotent and not self.transactional_id then
+    if self.need_bump then self:_bump_local() end
+    if self.producer_id < 0 then
+      local ok, err, code, kcode = self:_acquire_pid()
+      if ok == nil then
+        self:_fail_queued(err, code, kcode)
+        return
+      end
+      no_pid = not ok
     end
   end
+  local idem = self.idempotent
+  local pid, epoch = self.producer_id, self.producer_epoch
   local now = self.client.now()
   local items = {}
-  local wake = math.huge
-  local maxf = self.idempotent and self.max_in_flight or 1
+  local wake = no_pid and self.pid_retry_at or math.huge
+  local maxf = idem and self.max_in_flight or 1
   local n_items = 0
   for _, topic in pairs(self.topics) do
     for _, tp in ipairs(topic.order) do
@@ -727,20 +806,37 @@ function _M:_send_round(deadline, linger)
         if batch.state == "in_flight" then
           n, i = n + 1, i + 1
         elseif now >= batch.expires then
+          local why = batch.last_err or (no_pid and self.pid_err)
           self:_fail(tp, batch, ("delivery_timeout_ms (%d) expired after %d attempts%s"):format(
-            self.delivery_timeout_ms, batch.attempts, batch.last_err and (": " .. tostring(batch.last_err)) or ""),
+            self.delivery_timeout_ms, batch.attempts, why and (": " .. tostring(why)) or ""),
             "timeout", batch.last_kcode)
         else
           i = i + 1
         end
       end
       if tp.drain and n == 0 then tp.drain = false end
-      if q[1] and not (self.idempotent and tp.drain) then
+      -- after a bump: a partition whose sequences are broken restarts at 0
+      -- once nothing of it is in flight; one that is not sends its stamped
+      -- batches under the old id and epoch first, then restarts at 0
+      local stale = idem and not no_pid and tp.pid and (tp.pid ~= pid or tp.epoch ~= epoch)
+      if tp.reset and n == 0 and not no_pid and not self.need_bump then
+        if stale then self:_restamp(tp) else tp.reset = false end
+        stale = false
+      end
+      local old = stale and q[1] and q[1].seq and true or false
+      if no_pid then
+        for k = 1, #q do
+          if q[k].state ~= "in_flight" then
+            if q[k].expires < wake then wake = q[k].expires end
+            break
+          end
+        end
+      elseif q[1] and not (idem and (tp.drain or tp.reset)) then
         local slot = 0
         for k = 1, #q do
           local batch = q[k]
           if batch.state ~= "in_flight" then
-            if n >= maxf then break end
+            if n >= maxf or (old and not batch.seq) then break end
             if now < batch.next_try then
               if linger then
                 local t = batch.next_try < batch.expires and batch.next_try or batch.expires
@@ -881,8 +977,12 @@ function _M:_wait_one(until_t)
   self:_settle(s, resp, err, code)
 end
 
--- Produce errors of an idempotent producer, as Kafka's clients take them.
-local FENCED = { [errors.INVALID_PRODUCER_EPOCH] = true, [errors.PRODUCER_FENCED] = true }
+-- Produce errors of an idempotent producer that are fatal, as in Kafka's
+-- Java client (TransactionManager.maybeTransitionToErrorState): a fenced
+-- producer id, and authorization. INVALID_PRODUCER_EPOCH is not (Java's
+-- InvalidProducerEpochException, KIP-588): the batch fails and the epoch is
+-- bumped; in a transaction it is abortable.
+local FENCED = { [errors.PRODUCER_FENCED] = true }
 local FATAL = { [errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] = true, [errors.CLUSTER_AUTHORIZATION_FAILED] = true }
 
 function _M:_settle(s, resp, err, code)
@@ -922,9 +1022,9 @@ function _M:_settle(s, resp, err, code)
             self:_fail(tp, batch, msg, "abortable", ec)
           else
             -- the broker lost the producer's state or a batch acknowledged
-            -- before (unclean leader election, retention): a new epoch, and
-            -- this batch is sent again under it
-            self.need_bump = true
+            -- before (unclean leader election, retention): retried, under a
+            -- new epoch from sequence 0 (Java's canRetry: always retried)
+            self:_want_bump(tp, batch)
             self:_retry(tp, batch, msg, "retriable", ec)
           end
         elseif self.transactional_id and ec == errors.INVALID_PRODUCER_EPOCH then
@@ -932,6 +1032,10 @@ function _M:_settle(s, resp, err, code)
           -- instance's epoch: abortable, as the Java client takes it
           -- (KIP-588); the abort's EndTxn tells fenced from timed out
           self:_fail(tp, batch, msg, "abortable", ec)
+        elseif self.idempotent and ec == errors.INVALID_PRODUCER_EPOCH then
+          -- not fatal for an idempotent producer (Java: InvalidProducerEpochException,
+          -- not ProducerFencedException): the batch fails, the epoch is bumped
+          self:_fail(tp, batch, msg, "kafka", ec)
         elseif self.idempotent and FENCED[ec] then
           self:_txn_error("fatal_error", msg .. " (another producer with this id took over)", "fenced", ec)
           self:_fail(tp, batch, msg, "fenced", ec)
@@ -977,9 +1081,9 @@ function _M:_split(tp, batch)
     local nb = { b = b, state = "sealed", runs = { ids[i], 1 }, first_id = ids[i], count = 1, size = size,
       attempts = batch.attempts, next_try = 0, born = batch.born, expires = batch.expires }
     if batch.seq then
-      -- the parts keep the refused batch's sequence range, one number each
-      nb.seq = seq_add(batch.seq, i - 1)
-      b:stamp { producer_id = self.producer_id, producer_epoch = self.producer_epoch, base_sequence = nb.seq,
+      -- the parts keep the refused batch's id, epoch and sequence range, one number each
+      nb.seq, nb.pid, nb.epoch = seq_add(batch.seq, i - 1), batch.pid, batch.epoch
+      b:stamp { producer_id = batch.pid, producer_epoch = batch.epoch, base_sequence = nb.seq,
         transactional = self.transactional_id ~= nil }
     end
     table.insert(q, at, nb)
@@ -1043,17 +1147,27 @@ end
 -- it polled them in a busy loop).
 function _M:_next_due()
   local t = math.huge
-  local maxf = self.idempotent and self.max_in_flight or 1
+  local idem = self.idempotent
+  if idem and self.need_bump then return self.client.now() end
+  -- no producer id yet: the next attempt at one, or a deadline
+  local no_pid = idem and not self.transactional_id and self.producer_id < 0
+  if no_pid then t = self.pid_retry_at or 0 end
+  local maxf = idem and self.max_in_flight or 1
+  local pid, epoch = self.producer_id, self.producer_epoch
   for _, topic in pairs(self.topics) do
     for _, tp in ipairs(topic.order) do
       local q = tp.queue
       local n = 0
+      -- after a bump, an unstamped batch waits for the stamped ones in flight
+      local old = idem and tp.pid and (tp.pid ~= pid or tp.epoch ~= epoch) and q[1] and q[1].seq
       for i = 1, #q do
         local b = q[i]
         if b.state == "in_flight" then
           n = n + 1
         else
-          if n < maxf and not tp.conn_wait and not (n > 0 and tp.drain) then
+          if no_pid then
+            if b.expires < t then t = b.expires end
+          elseif n < maxf and not tp.conn_wait and not (n > 0 and (tp.drain or tp.reset or (old and not b.seq))) then
             local due = b.next_try < b.expires and b.next_try or b.expires
             if due < t then t = due end
           end

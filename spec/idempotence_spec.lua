@@ -1,0 +1,225 @@
+-- The idempotent producer's recovery (issue 27), as Kafka's Java client's
+-- TransactionManager does it: a local epoch bump (no request) after a
+-- stamped batch failed or expired and on UNKNOWN_PRODUCER_ID /
+-- OUT_OF_ORDER_SEQUENCE_NUMBER, the broken partitions restarted at
+-- sequence 0 once their batches in flight have answered, the others after
+-- their stamped batches; a new producer id only when none is held or the
+-- epoch would overflow; InitProducerId failures retried after a backoff;
+-- fatal only for what Java makes fatal (PRODUCER_FENCED, authorization, an
+-- unsupported version). Transactional producers keep the transactional
+-- rules (spec/eos_spec.lua).
+--
+-- Against kafka.mock (in process, on a virtual clock: every wait is
+-- exact), which checks sequences and epochs per partition as Kafka does: a
+-- new epoch must start at sequence 0, a producer the partition does not
+-- know is taken at any sequence (ProducerAppendInfo.checkSequence). Not
+-- against librdkafka 2.0.2's mock (spec/support/mock.lua), which differs
+-- from Kafka where these rules matter: it does not check an idempotent
+-- producer's sequences at all, answers InitProducerId with a producer id
+-- and a null transactional id (a bump) INVALID_PRODUCER_ID_MAPPING (49),
+-- and keeps one cluster-wide stack of injected errors (not per broker or
+-- partition). Then one case on real brokers whose producer state expires.
+local kafka = require "kafka"
+local mock = require "kafka.mock"
+local proto = kafka.proto
+local E = proto.errors
+local H = require "support.helpers"
+
+-- a virtual clock shared by the mock and the client: sleeps advance it
+local function vclock()
+  local c = { t = 0, sleeps = {} }
+  function c.now() return c.t end
+  function c.sleep(ms)
+    c.sleeps[#c.sleeps + 1] = ms
+    c.t = c.t + ms
+  end
+  return c
+end
+
+-- a cluster, a client and a producer on one virtual clock
+local function setup(brokers, topics, popts, copts)
+  local clock = vclock()
+  local cluster = mock.new { brokers = brokers, topics = topics, now = clock.now, sleep = clock.sleep }
+  copts = copts or {}
+  copts.now, copts.sleep = clock.now, clock.sleep
+  local client = H.mock_client(cluster, copts)
+  popts = popts or {}
+  if popts.linger_ms == nil then popts.linger_ms = 1e9 end
+  local p = kafka.producer.new(client, popts)
+  return cluster, p, clock, client
+end
+
+-- the batches of topic/partition as the broker stores them:
+-- {{producer_id, producer_epoch, base_sequence, count}, ...}
+local function stamps(cluster, topic, partition)
+  local out = {}
+  for _, e in ipairs(cluster.topics[topic].partitions[partition].log.entries) do
+    local _, info = proto.decode_records(e.bytes, { batches = true })
+    local b = info.batches[1]
+    out[#out + 1] = { b.producer_id, b.producer_epoch, b.base_sequence, b.count }
+  end
+  return out
+end
+
+local function values(cluster, topic, partition)
+  local out = {}
+  for i, m in ipairs(cluster:records(topic, partition)) do out[i] = m.value end
+  return out
+end
+
+local function inits(cluster) return cluster:request_counts().InitProducerId or 0 end
+
+describe("idempotent producer recovery (kafka.mock)", function()
+  it("OUT_OF_ORDER_SEQUENCE_NUMBER: a local epoch bump, no InitProducerId; the batch again from sequence 0", function()
+    local cluster, p = setup(1, { t = 1 })
+    assert(p:send_sync("t", "one"))
+    assert(p:send_sync("t", "two"))
+    local pid = p.producer_id
+    cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1)
+    assert(p:send("t", "three"))
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 1 }, { failed, delivered })
+    assert.are.same({ pid, 1, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 0))
+    assert.are.same({ "one", "two", "three" }, values(cluster, "t", 0))
+  end)
+
+  it("UNKNOWN_PRODUCER_ID: retried under a bumped epoch from sequence 0", function()
+    local cluster, p = setup(1, { t = 1 })
+    assert(p:send_sync("t", "one"))
+    local pid = p.producer_id
+    cluster:fail("Produce", E.UNKNOWN_PRODUCER_ID, 1)
+    assert(p:send("t", "two"))
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 1 }, { failed, delivered })
+    assert.are.same({ pid, 1, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 0))
+  end)
+
+  it("a batch that expired in flight: the next batch goes under a bumped epoch from 0, nothing asked", function()
+    -- (the issue's case: librdkafka 2.0.2's mock answered the InitProducerId
+    -- bump 49 and the producer went fatal for good)
+    local cluster, p = setup(1, { t = 1 }, { delivery_timeout_ms = 1000 })
+    assert(p:send_sync("t", "one"))
+    local pid = p.producer_id
+    cluster:delay("Produce", 5000) -- the answer comes after the batch's deadline
+    assert(p:send("t", "lost"))
+    local reports, failed = p:flush(2000)
+    assert.are.same({ 1, "timeout" }, { failed, reports[1].code })
+    cluster:delay("Produce", 0)
+    for i = 1, 3 do assert(p:send("t", "after" .. i)) end
+    local _, failed2, delivered = p:flush()
+    assert.are.same({ 0, 3 }, { failed2, delivered })
+    assert.are.same({ pid, 1, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
+    -- the delayed batch was written too (under epoch 0: the broker had it)
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 1, 0, 3 } }, stamps(cluster, "t", 0))
+    assert.is_nil(p:transaction_state())
+  end)
+
+  it("the broken partition restarts at 0 once its batches in flight have answered; the others keep their stamps", function()
+    local cluster, p = setup(2, { t = 2 }, { batch_size = 300, max_retries = 20 })
+    assert(p:send_sync("t", "start", { partition = 0 })) -- broker 1 leads partition 0,
+    assert(p:send_sync("t", "start", { partition = 1 })) -- broker 2 partition 1
+    local pid = p.producer_id
+    for i = 1, 30 do assert(p:send("t", ("a%02d"):format(i), { partition = 0 })) end
+    assert(p:send("t", "b", { partition = 1 }))
+    -- partition 0's first batch is refused (its later ones in flight then
+    -- too: a gap); partition 1's batch fails retriably in the same round
+    cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1, "t", 0)
+    cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 1, "t", 1)
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 31 }, { failed, delivered })
+    assert.are.same({ 1, 1 }, { p.producer_epoch, inits(cluster) }) -- one bump
+    -- partition 0: every batch again under epoch 1, its sequences from 0 in order
+    local s0 = stamps(cluster, "t", 0)
+    assert.are.same({ pid, 0, 0, 1 }, s0[1])
+    local seq, n = 0, 0
+    for i = 2, #s0 do
+      assert.are.same({ pid, 1, seq }, { s0[i][1], s0[i][2], s0[i][3] })
+      seq, n = seq + s0[i][4], n + s0[i][4]
+    end
+    assert.are.equal(30, n)
+    assert.is_true(#s0 > 3) -- (several batches were in flight at once)
+    -- partition 1: its retried batch keeps epoch 0 and its sequence (a copy
+    -- the broker has is found a duplicate); the next one starts epoch 1 at 0
+    assert(p:send_sync("t", "c", { partition = 1 }))
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 1))
+    local want = { "start" }
+    for i = 1, 30 do want[#want + 1] = ("a%02d"):format(i) end
+    assert.are.same(want, values(cluster, "t", 0))
+    assert.are.same({ "start", "b", "c" }, values(cluster, "t", 1))
+  end)
+
+  it("INVALID_PRODUCER_EPOCH is not fatal: the batch fails (code \"kafka\"), the epoch is bumped, the producer goes on", function()
+    local cluster, p = setup(1, { t = 1 })
+    assert(p:send_sync("t", "one"))
+    local pid = p.producer_id
+    cluster:fail("Produce", E.INVALID_PRODUCER_EPOCH, 1)
+    assert(p:send("t", "refused"))
+    local reports, failed = p:flush()
+    assert.are.same({ 1, "kafka", E.INVALID_PRODUCER_EPOCH }, { failed, reports[1].code, reports[1].error_code })
+    assert(p:send_sync("t", "two"))
+    assert.are.same({ pid, 1, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 0))
+  end)
+
+  it("an epoch that would overflow (32767): a new producer id (InitProducerId), sequences from 0", function()
+    local cluster, p = setup(1, { t = 1 })
+    assert(p:send_sync("t", "one"))
+    local pid = p.producer_id
+    p.producer_epoch = 32767 -- (as if bumped that often: the partition restarts at 0 under it)
+    assert(p:send_sync("t", "two"))
+    cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1)
+    assert(p:send_sync("t", "three"))
+    local pid2 = p.producer_id
+    assert.are_not.equal(pid, pid2)
+    assert.are.same({ 0, 2 }, { p.producer_epoch, inits(cluster) })
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 32767, 0, 1 }, { pid2, 0, 0, 1 } }, stamps(cluster, "t", 0))
+  end)
+
+  it("InitProducerId errors that are not fatal are retried after a backoff, doubling; no message fails", function()
+    local cluster, p, clock = setup(1, { t = 1 }, { retry_backoff_ms = 100, retry_backoff_max_ms = 1000 })
+    cluster:fail("InitProducerId", E.INVALID_PRODUCER_ID_MAPPING, 1) -- (librdkafka 2.0.2's mock's answer)
+    cluster:fail("InitProducerId", E.COORDINATOR_LOAD_IN_PROGRESS, 1)
+    cluster:fail("InitProducerId", E.NOT_COORDINATOR, 1)
+    for i = 1, 5 do assert(p:send("t", "v" .. i)) end
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 5 }, { failed, delivered })
+    assert.are.same({ 4, 0 }, { inits(cluster), p.producer_epoch })
+    assert.are.same({ 100, 200, 400 }, clock.sleeps)
+    assert.are.same({ { p.producer_id, 0, 0, 5 } }, stamps(cluster, "t", 0))
+  end)
+
+  it("what Java makes fatal is fatal: authorization, an unsupported version (\"fatal\"), PRODUCER_FENCED (\"fenced\")", function()
+    for _, case in ipairs { { E.CLUSTER_AUTHORIZATION_FAILED, "fatal" }, { E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "fatal" },
+        { E.UNSUPPORTED_VERSION, "fatal" }, { E.UNSUPPORTED_FOR_MESSAGE_FORMAT, "fatal" },
+        { E.PRODUCER_FENCED, "fenced" } } do
+      local cluster, p = setup(1, { t = 1 }, { enable_idempotence = true })
+      cluster:fail("InitProducerId", case[1], 1)
+      assert(p:send("t", "v"))
+      local reports, failed = p:flush()
+      assert.are.same({ 1, case[2], case[1] }, { failed, reports[1].code, reports[1].error_code })
+      local id, _, code = p:send("t", "w")
+      assert.are.same({ nil, case[2] }, { id, code })
+      assert.are.same({ 1, 0 }, { inits(cluster), #cluster:records("t", 0) })
+    end
+    -- the default (enable_idempotence unset): idempotence goes off instead
+    local cluster, p = setup(1, { t = 1 })
+    cluster:fail("InitProducerId", E.CLUSTER_AUTHORIZATION_FAILED, 1)
+    assert(p:send("t", "v"))
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 1, false }, { failed, delivered, p.idempotent })
+    assert.are.same({ { -1, -1, -1, 1 } }, stamps(cluster, "t", 0))
+  end)
+
+  it("a partition that forgot the producer (its state expired) takes the next sequence: no bump", function()
+    local cluster, p = setup(1, { t = 1 })
+    assert(p:send_sync("t", "one"))
+    assert(p:send_sync("t", "two"))
+    local pid = p.producer_id
+    cluster.topics.t.partitions[0].log.producers = {}
+    assert(p:send_sync("t", "three"))
+    assert.are.same({ pid, 0, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 0, 2, 1 } }, stamps(cluster, "t", 0))
+  end)
+end)
