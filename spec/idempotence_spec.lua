@@ -37,7 +37,7 @@ local function vclock()
 end
 
 -- a cluster, a client and a producer on one virtual clock
-local function setup(brokers, topics, popts, copts)
+local function start(brokers, topics, popts, copts)
   local clock = vclock()
   local cluster = mock.new { brokers = brokers, topics = topics, now = clock.now, sleep = clock.sleep }
   copts = copts or {}
@@ -71,7 +71,7 @@ local function inits(cluster) return cluster:request_counts().InitProducerId or 
 
 describe("idempotent producer recovery (kafka.mock)", function()
   it("OUT_OF_ORDER_SEQUENCE_NUMBER: a local epoch bump, no InitProducerId; the batch again from sequence 0", function()
-    local cluster, p = setup(1, { t = 1 })
+    local cluster, p = start(1, { t = 1 })
     assert(p:send_sync("t", "one"))
     assert(p:send_sync("t", "two"))
     local pid = p.producer_id
@@ -85,7 +85,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
   end)
 
   it("UNKNOWN_PRODUCER_ID: retried under a bumped epoch from sequence 0", function()
-    local cluster, p = setup(1, { t = 1 })
+    local cluster, p = start(1, { t = 1 })
     assert(p:send_sync("t", "one"))
     local pid = p.producer_id
     cluster:fail("Produce", E.UNKNOWN_PRODUCER_ID, 1)
@@ -99,7 +99,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
   it("a batch that expired in flight: the next batch goes under a bumped epoch from 0, nothing asked", function()
     -- (the issue's case: librdkafka 2.0.2's mock answered the InitProducerId
     -- bump 49 and the producer went fatal for good)
-    local cluster, p = setup(1, { t = 1 }, { delivery_timeout_ms = 1000 })
+    local cluster, p = start(1, { t = 1 }, { delivery_timeout_ms = 1000 })
     assert(p:send_sync("t", "one"))
     local pid = p.producer_id
     cluster:delay("Produce", 5000) -- the answer comes after the batch's deadline
@@ -117,7 +117,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
   end)
 
   it("the broken partition restarts at 0 once its batches in flight have answered; the others keep their stamps", function()
-    local cluster, p = setup(2, { t = 2 }, { batch_size = 300, max_retries = 20 })
+    local cluster, p = start(2, { t = 2 }, { batch_size = 300, max_retries = 20 })
     assert(p:send_sync("t", "start", { partition = 0 })) -- broker 1 leads partition 0,
     assert(p:send_sync("t", "start", { partition = 1 })) -- broker 2 partition 1
     local pid = p.producer_id
@@ -150,8 +150,52 @@ describe("idempotent producer recovery (kafka.mock)", function()
     assert.are.same({ "start", "b", "c" }, values(cluster, "t", 1))
   end)
 
+  it("a batch stamped before the bump answered UNKNOWN_PRODUCER_ID: its partition restarts under the new epoch, no second bump",
+    function()
+      local cluster, p = start(2, { t = 2 })
+      assert(p:send_sync("t", "start", { partition = 0 }))
+      assert(p:send_sync("t", "start", { partition = 1 }))
+      local pid = p.producer_id
+      assert(p:send("t", "a", { partition = 0 }))
+      assert(p:send("t", "b", { partition = 1 }))
+      cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1, "t", 0) -- the bump
+      cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 1, "t", 1)          -- b waits for its retry,
+      cluster:fail("Produce", E.UNKNOWN_PRODUCER_ID, 1, "t", 1)          -- then is sent under epoch 0
+      local _, failed, delivered = p:flush()
+      assert.are.same({ 0, 2 }, { failed, delivered })
+      assert.are.same({ 1, 1 }, { p.producer_epoch, inits(cluster) })
+      assert.are.same({ { pid, 0, 0, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 0))
+      assert.are.same({ { pid, 0, 0, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 1))
+    end)
+
+  it("after a bump a partition sends no batch under the new epoch while one stamped under the old is not settled", function()
+    local cluster, p
+    local later = false
+    cluster, p = start(2, { t = 2, u = 1 }, { on_delivery = function(r)
+      -- u/0 (broker 1) is delivered in the first round: a new batch of t/1 after it
+      if r.topic == "u" and not later then
+        later = true
+        assert(p:send("t", "b2", { partition = 1 }))
+      end
+    end })
+    assert(p:send_sync("t", "start", { partition = 0 }))
+    assert(p:send_sync("t", "start", { partition = 1 }))
+    local pid = p.producer_id
+    assert(p:send("t", "a", { partition = 0 }))
+    assert(p:send("t", "b1", { partition = 1 }))
+    assert(p:send("u", "u", { partition = 0 }))
+    cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1, "t", 0) -- the bump
+    cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 2, "t", 1)          -- b1 refused twice, epoch 0
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 4 }, { failed, delivered })
+    assert.are.same({ 1, 1 }, { p.producer_epoch, inits(cluster) })
+    -- b1 under epoch 0 (had b2 gone first under epoch 1, b1 would be INVALID_PRODUCER_EPOCH)
+    assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 1))
+    assert.are.same({ "start", "b1", "b2" }, values(cluster, "t", 1))
+  end)
+
   it("INVALID_PRODUCER_EPOCH is not fatal: the batch fails (code \"kafka\"), the epoch is bumped, the producer goes on", function()
-    local cluster, p = setup(1, { t = 1 })
+    local cluster, p = start(1, { t = 1 })
     assert(p:send_sync("t", "one"))
     local pid = p.producer_id
     cluster:fail("Produce", E.INVALID_PRODUCER_EPOCH, 1)
@@ -164,7 +208,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
   end)
 
   it("an epoch that would overflow (32767): a new producer id (InitProducerId), sequences from 0", function()
-    local cluster, p = setup(1, { t = 1 })
+    local cluster, p = start(1, { t = 1 })
     assert(p:send_sync("t", "one"))
     local pid = p.producer_id
     p.producer_epoch = 32767 -- (as if bumped that often: the partition restarts at 0 under it)
@@ -178,7 +222,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
   end)
 
   it("InitProducerId errors that are not fatal are retried after a backoff, doubling; no message fails", function()
-    local cluster, p, clock = setup(1, { t = 1 }, { retry_backoff_ms = 100, retry_backoff_max_ms = 1000 })
+    local cluster, p, clock = start(1, { t = 1 }, { retry_backoff_ms = 100, retry_backoff_max_ms = 1000 })
     cluster:fail("InitProducerId", E.INVALID_PRODUCER_ID_MAPPING, 1) -- (librdkafka 2.0.2's mock's answer)
     cluster:fail("InitProducerId", E.COORDINATOR_LOAD_IN_PROGRESS, 1)
     cluster:fail("InitProducerId", E.NOT_COORDINATOR, 1)
@@ -194,7 +238,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
     for _, case in ipairs { { E.CLUSTER_AUTHORIZATION_FAILED, "fatal" }, { E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "fatal" },
         { E.UNSUPPORTED_VERSION, "fatal" }, { E.UNSUPPORTED_FOR_MESSAGE_FORMAT, "fatal" },
         { E.PRODUCER_FENCED, "fenced" } } do
-      local cluster, p = setup(1, { t = 1 }, { enable_idempotence = true })
+      local cluster, p = start(1, { t = 1 }, { enable_idempotence = true })
       cluster:fail("InitProducerId", case[1], 1)
       assert(p:send("t", "v"))
       local reports, failed = p:flush()
@@ -204,7 +248,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
       assert.are.same({ 1, 0 }, { inits(cluster), #cluster:records("t", 0) })
     end
     -- the default (enable_idempotence unset): idempotence goes off instead
-    local cluster, p = setup(1, { t = 1 })
+    local cluster, p = start(1, { t = 1 })
     cluster:fail("InitProducerId", E.CLUSTER_AUTHORIZATION_FAILED, 1)
     assert(p:send("t", "v"))
     local _, failed, delivered = p:flush()
@@ -213,7 +257,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
   end)
 
   it("a partition that forgot the producer (its state expired) takes the next sequence: no bump", function()
-    local cluster, p = setup(1, { t = 1 })
+    local cluster, p = start(1, { t = 1 })
     assert(p:send_sync("t", "one"))
     assert(p:send_sync("t", "two"))
     local pid = p.producer_id
@@ -223,3 +267,72 @@ describe("idempotent producer recovery (kafka.mock)", function()
     assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 0, 2, 1 } }, stamps(cluster, "t", 0))
   end)
 end)
+
+-- ---------------------------------------------------------------------------
+-- Real brokers: a cluster of its own whose brokers forget an idle
+-- producer within about a second (producer.id.expiration.ms; the
+-- transactional ids' expiry short too), on the main version only.
+local rk = require "support.realkafka"
+local rt = require "support.realtools"
+local socket = require "socket"
+
+-- the producers partition 0 of topic has state for: {[producer_id] = {epoch, last_sequence}}
+local function active_producers(client, topic)
+  local c = assert(client:broker(assert(client:leader(topic, 0))))
+  local resp = assert(c:request(proto.api_key("DescribeProducers"),
+    { topics = { { name = topic, partition_indexes = { 0 } } } }))
+  local pr = resp.topics[1].partitions[1]
+  assert.are.equal(0, pr.error_code)
+  local out = {}
+  for _, a in ipairs(pr.active_producers) do out[a.producer_id] = { a.producer_epoch, a.last_sequence } end
+  return out
+end
+
+if rk.versions()[1] then
+  describe("idempotent producer recovery on Kafka " .. rk.main() .. " (producer state that expires)", function()
+    local k, client, p
+    setup(function()
+      k = rk.cluster(rk.main(), 1, rk.main() .. "-pidexp", { ["producer.id.expiration.ms"] = 1000,
+        ["producer.id.expiration.check.interval.ms"] = 100, ["transactional.id.expiration.ms"] = 1000 })
+      client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "spec-idempotence" }
+    end)
+    teardown(function()
+      if p then p:close() end
+      if client then client:close() end
+      if k then k:stop() end -- (used by this spec alone)
+    end)
+
+    it("an idle producer the broker forgot resumes without failing a message; a refused batch bumps the epoch locally",
+      function()
+        local topic = rt.uniq("idem-expire")
+        rt.create_topic(client, topic, 1, 1, { ["max.message.bytes"] = 1000 })
+        p = kafka.producer.new(client, { linger_ms = 0 })
+        assert(p:send_sync(topic, "one", { partition = 0 }))
+        assert(p:send_sync(topic, "two", { partition = 0 }))
+        local pid = p.producer_id
+        assert.are.same({ [pid] = { 0, 1 } }, active_producers(client, topic))
+        -- idle until the broker has dropped the producer's state (deadline 20 s)
+        local deadline = socket.gettime() + 20
+        while next(active_producers(client, topic)) and socket.gettime() < deadline do socket.sleep(0.1) end
+        assert.are.same({}, active_producers(client, topic))
+        for i = 1, 5 do assert(p:send(topic, "resumed" .. i, { partition = 0 })) end
+        local _, failed, delivered = p:flush()
+        assert.are.same({ 0, 5 }, { failed, delivered })
+        assert.are.same({ pid, 0 }, { p.producer_id, p.producer_epoch })
+        assert.are.same({ [pid] = { 0, 6 } }, active_producers(client, topic)) -- the sequences went on
+        -- a batch the broker refuses (larger than the topic's max.message.bytes) after it was
+        -- stamped: the next one goes under epoch 1 from sequence 0, and the broker takes it
+        assert(p:send(topic, ("x"):rep(2000), { partition = 0 }))
+        local reports, failed2 = p:flush()
+        assert.are.same({ 1, "kafka", E.MESSAGE_TOO_LARGE }, { failed2, reports[1].code, reports[1].error_code })
+        assert(p:send_sync(topic, "after", { partition = 0 }))
+        assert.are.same({ pid, 1 }, { p.producer_id, p.producer_epoch })
+        assert.are.same({ [pid] = { 1, 0 } }, active_producers(client, topic))
+        local got = {}
+        for _, b in ipairs(rt.stored_batches(client, topic, 0)) do
+          got[#got + 1] = { b.producer_id, b.producer_epoch, b.base_sequence, b.count }
+        end
+        assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 0, 2, 5 }, { pid, 1, 0, 1 } }, got)
+      end)
+  end)
+end

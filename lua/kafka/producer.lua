@@ -980,8 +980,9 @@ end
 -- Produce errors of an idempotent producer that are fatal, as in Kafka's
 -- Java client (TransactionManager.maybeTransitionToErrorState): a fenced
 -- producer id, and authorization. INVALID_PRODUCER_EPOCH is not (Java's
--- InvalidProducerEpochException, KIP-588): the batch fails and the epoch is
--- bumped; in a transaction it is abortable.
+-- InvalidProducerEpochException, KIP-588): as any other error that is not
+-- retriable the batch fails (a stamped one: the epoch is bumped); in a
+-- transaction it is abortable.
 local FENCED = { [errors.PRODUCER_FENCED] = true }
 local FATAL = { [errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] = true, [errors.CLUSTER_AUTHORIZATION_FAILED] = true }
 
@@ -1032,10 +1033,6 @@ function _M:_settle(s, resp, err, code)
           -- instance's epoch: abortable, as the Java client takes it
           -- (KIP-588); the abort's EndTxn tells fenced from timed out
           self:_fail(tp, batch, msg, "abortable", ec)
-        elseif self.idempotent and ec == errors.INVALID_PRODUCER_EPOCH then
-          -- not fatal for an idempotent producer (Java: InvalidProducerEpochException,
-          -- not ProducerFencedException): the batch fails, the epoch is bumped
-          self:_fail(tp, batch, msg, "kafka", ec)
         elseif self.idempotent and FENCED[ec] then
           self:_txn_error("fatal_error", msg .. " (another producer with this id took over)", "fenced", ec)
           self:_fail(tp, batch, msg, "fenced", ec)

@@ -14,7 +14,7 @@
 -- watchdog kills them when their owner is gone, also when busted is
 -- interrupted.
 local io, os, string, table = io, os, string, table
-local ipairs, tostring, error, setmetatable = ipairs, tostring, error, setmetatable
+local ipairs, pairs, tostring, error, setmetatable = ipairs, pairs, tostring, error, setmetatable
 local H = require "support.helpers"
 
 local _M = {}
@@ -69,9 +69,11 @@ local function read_env(path)
   return env
 end
 
--- cluster(version, nodes [, name]) -> a running cluster, started on first
--- use (name: a cluster of its own, e.g. the benchmarks' broker).
-function _M.cluster(version, nodes, name)
+-- cluster(version, nodes [, name [, props]]) -> a running cluster, started
+-- on first use (name: a cluster of its own, e.g. the benchmarks' broker;
+-- props: {["server.property"] = value} for that cluster's brokers, after
+-- the harness's defaults).
+function _M.cluster(version, nodes, name, props)
   nodes = nodes or 1
   name = name or (version .. "-" .. nodes .. "n")
   local c = clusters[name]
@@ -82,7 +84,14 @@ function _M.cluster(version, nodes, name)
     path = root .. "/build/kafka/run/" .. name .. "/env"
   else
     local out
-    ok, out = sh(table.concat({ harness, "start", name, version, tostring(nodes), owner or my_pid() }, " "))
+    local env = ""
+    if props then
+      local lines = {}
+      for k, v in pairs(props) do lines[#lines + 1] = k .. "=" .. tostring(v) end
+      table.sort(lines)
+      env = "LK_KAFKA_PROPS='" .. table.concat(lines, "\n"):gsub("'", "'\\''") .. "' "
+    end
+    ok, out = sh(env .. table.concat({ harness, "start", name, version, tostring(nodes), owner or my_pid() }, " "))
     if not ok then error("kafka " .. version .. " (" .. nodes .. " nodes) did not start: " .. out, 2) end
     path = out:match("([^\n]+/env)%s*$")
     if not owner then started[#started + 1] = name end

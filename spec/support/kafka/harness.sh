@@ -164,6 +164,9 @@ ssl.truststore.location=$d/ca.pem
 ssl.client.auth=none
 listener.name.mtls.ssl.client.auth=required
 EOF
+  # a cluster's own settings (realkafka.cluster's props; LK_KAFKA_PROPS at start)
+  [ -f "$d/extra.properties" ] && cat "$d/extra.properties" >> "$nd/server.properties"
+  return 0
 }
 
 # jvm_opts NODEDIR VERSION: test settings (small heap, C1 only: fast start,
@@ -213,6 +216,7 @@ start() {
   echo "$v" > "$d/version"
   echo "$owner" > "$d/owner"
   [ -n "${KAFKA_JVM_OPTS:-}" ] && echo "$KAFKA_JVM_OPTS" > "$d/jvm_opts"
+  [ -n "${LK_KAFKA_PROPS:-}" ] && printf '%s\n' "$LK_KAFKA_PROPS" > "$d/extra.properties"
   make_certs "$d"
   # the watchdog: kill the JVMs and drop the data once the owner is gone
   setsid nohup bash -c '
