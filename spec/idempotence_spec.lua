@@ -127,7 +127,9 @@ describe("idempotent producer recovery (kafka.mock)", function()
     -- too: a gap); partition 1's batch fails retriably in the same round
     cluster:fail("Produce", E.OUT_OF_ORDER_SEQUENCE_NUMBER, 1, "t", 0)
     cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 1, "t", 1)
+    cluster:delay("Produce", 10) -- (virtual ms: the producer reads the answers one by one)
     local _, failed, delivered = p:flush()
+    cluster:delay("Produce", 0)
     assert.are.same({ 0, 31 }, { failed, delivered })
     assert.are.same({ 1, 1 }, { p.producer_epoch, inits(cluster) }) -- one bump
     -- partition 0: every batch again under epoch 1, its sequences from 0 in order
@@ -149,6 +151,37 @@ describe("idempotent producer recovery (kafka.mock)", function()
     assert.are.same(want, values(cluster, "t", 0))
     assert.are.same({ "start", "b", "c" }, values(cluster, "t", 1))
   end)
+
+  it("UNKNOWN_PRODUCER_ID on the oldest batch while later ones in flight are written: the restart waits for their answers",
+    function()
+      -- a partition with no state for the producer takes any sequence (as
+      -- Kafka does), so the batches in flight behind the refused one are
+      -- written: the restart at 0 must come after their answers, or the
+      -- sequences under the new epoch get a gap (a second bump)
+      local cluster, p = start(1, { t = 1 }, { batch_size = 300 })
+      assert(p:send_sync("u", "id first")) -- (the producer id, before the batches of t go)
+      local pid = p.producer_id
+      for i = 1, 30 do assert(p:send("t", ("a%02d"):format(i))) end
+      cluster:fail("Produce", E.UNKNOWN_PRODUCER_ID, 1, "t", 0)
+      cluster:delay("Produce", 10) -- (virtual ms: the producer reads the answers one by one)
+      local _, failed, delivered = p:flush()
+      cluster:delay("Produce", 0)
+      assert.are.same({ 0, 30 }, { failed, delivered })
+      assert.are.same({ 1, 1 }, { p.producer_epoch, inits(cluster) }) -- one bump
+      -- the 4 batches in flight behind the first went under epoch 0; then
+      -- the first and the rest under epoch 1 from sequence 0, in order
+      local s0, n, seq = stamps(cluster, "t", 0), 0, 0
+      for i = 1, #s0 do
+        if i <= 4 then
+          assert.are.same({ pid, 0 }, { s0[i][1], s0[i][2] })
+        else
+          assert.are.same({ pid, 1, seq }, { s0[i][1], s0[i][2], s0[i][3] })
+          seq = seq + s0[i][4]
+        end
+        n = n + s0[i][4]
+      end
+      assert.are.equal(30, n)
+    end)
 
   it("a batch stamped before the bump answered UNKNOWN_PRODUCER_ID: its partition restarts under the new epoch, no second bump",
     function()
