@@ -695,7 +695,6 @@ end
 -- is still found) and restart at 0 after them.
 function _M:_bump_local()
   self.need_bump = false
-  self.bumps = (self.bumps or 0) + 1
   if self.producer_epoch >= 32767 then
     self.producer_id, self.producer_epoch = -1, -1
   else
@@ -856,6 +855,7 @@ function _M:_send_round(deadline, linger)
       end
     end
   end
+  if self.need_bump and idem and not self.transactional_id then wake = now end -- (a batch expired: the bump)
   self.bg_wake = wake
   if #items == 0 then return end
   -- a partition's k-th batch goes into the k-th request to its leader: all
@@ -1145,7 +1145,7 @@ end
 function _M:_next_due()
   local t = math.huge
   local idem = self.idempotent
-  if idem and self.need_bump then return self.client.now() end
+  if idem and self.need_bump and not self.transactional_id then return self.client.now() end -- (the bump)
   -- no producer id yet: the next attempt at one, or a deadline
   local no_pid = idem and not self.transactional_id and self.producer_id < 0
   if no_pid then t = self.pid_retry_at or 0 end
