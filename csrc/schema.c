@@ -184,6 +184,9 @@ static int enc_value(ectx *c, const kf_field *f, int elem) {
         n = strlen((const char *)p);
       }
     }
+    /* a compact string is bounded as a classic one is (Kafka's Java
+     * classes refuse longer ones both ways); compact bytes are not */
+    if (p && f->type == KF_T_STRING && n > 32767) return enc_fail(c, KF_EVALUE, "string too long for");
     kf_w_lenbytes(c->w, kind, p, n);
     if (c->w->err == KF_EVALUE) {
       c->w->err = KF_OK;
@@ -420,6 +423,12 @@ static int dec_value(dctx *c, const kf_field *f, int elem, size_t idx) {
     int kind = c->flex ? 'c' : (f->type == KF_T_STRING ? 16 : 32);
     const char *tn = type_names[f->type];
     if (!kf_r_lenbytes(r, kind, &p, &n)) return dec_fail(c, f, tn, at);
+    if (p && f->type == KF_T_STRING && n > 32767) {
+      char ps[160];
+      path_format(&c->p, ps, sizeof ps);
+      kf_err_set(c->e, KF_ECORRUPT, "string '%s' at byte %zu is %zu bytes long, over 32767", ps, at, n);
+      return -1;
+    }
     if (!p && !nullable) {
       char ps[160];
       path_format(&c->p, ps, sizeof ps);

@@ -174,6 +174,51 @@ describe("the codec against kafka-clients " .. cp.KAFKA .. "'s generated message
     end
   end
 
+  -- Lengths and counts at every width of their unsigned varint (issue 28):
+  -- a compact string, bytes or array writes n + 1, so n + 1 = 1, 127/128,
+  -- 16383/16384 and 2^21 - 1/2^21 are the edges; a tagged field's size
+  -- varint crosses them with its content. ApiVersions v3 responses carry a
+  -- compact array (api_keys) and a tagged one (supported_features, tag 0)
+  -- of compact strings; Metadata v12 requests compact strings in an array;
+  -- SaslAuthenticate v2 requests compact bytes. Strings stop at 32767 bytes
+  -- (Java refuses longer ones, compact or not, and so do we), so the 3- and
+  -- 4-byte widths are met by counts and bytes. (The 5-byte width, 2^28,
+  -- would need a 256 MiB body: records' varints cross it against
+  -- kafka-python.)
+  local EDGES = { 0, 1, 125, 126, 127, 128, 16381, 16382, 16383, 16384, 2097150, 2097151, 2097152 }
+  local function boundary(kind, name, v, n, body)
+    prepare(proto.schema(name, kind), body, v)
+    local key = proto.api_key(name)
+    local c = { id = ("%s/%s/%d/edge-%d"):format(name, kind, v, n), kind = kind, name = name, key = key, version = v,
+                lua_body = body, corr = n, body = to_json(proto.schema(name, kind), body, v) }
+    if kind == "request" then
+      c.client_id = "edges"
+      c.header = { requestApiKey = key, requestApiVersion = v, correlationId = n, clientId = "edges" }
+    else
+      c.header = { correlationId = n }
+    end
+    add("varint edges", c)
+  end
+  for _, n in ipairs(EDGES) do
+    if n <= 16384 then -- a count: n api keys of 7 bytes each
+      local keys = {}
+      for i = 1, n do keys[i] = { api_key = i % 32768, min_version = 0, max_version = i % 100 } end
+      boundary("response", "ApiVersions", 3, n, { error_code = 0, api_keys = keys, throttle_time_ms = 0,
+        supported_features = {}, finalized_features_epoch = -1, finalized_features = {}, zk_migration_ready = false })
+    end
+    -- a length: a feature name (inside the tagged field) and a topic name of
+    -- n bytes, and n bytes of SASL
+    local text = ("abcdefghij"):rep(math.ceil(n / 10) + 1):sub(1, n)
+    if n <= 32767 then
+      boundary("response", "ApiVersions", 4, n, { error_code = 0, api_keys = { { api_key = 18, min_version = 0,
+        max_version = 4 } }, throttle_time_ms = 0, supported_features = { { name = text, min_version = 1,
+        max_version = 2 } }, finalized_features_epoch = -1, finalized_features = {}, zk_migration_ready = false })
+      boundary("request", "Metadata", 12, n, { topics = { { topic_id = ("\0"):rep(16), name = text } },
+        allow_auto_topic_creation = true, include_topic_authorized_operations = false })
+    end
+    boundary("request", "SaslAuthenticate", 2, n, { auth_bytes = text })
+  end
+
   -- Java's bytes for every case, in one JVM run (the first test that needs them)
   local function java()
     if not results then
@@ -236,6 +281,24 @@ describe("the codec against kafka-clients " .. cp.KAFKA .. "'s generated message
   local groups = {}
   for _, a in ipairs(APIS) do groups[#groups + 1] = { a[1], a[2], a[3] } end
   for _, d in ipairs(DATA) do groups[#groups + 1] = { d[1], d[2], d[3] } end
+  it("lengths and counts at every width edge of their varints (1, 2, 3 and 4 bytes): Java's bytes = ours, "
+    .. "and ours decode them", function()
+    local res = java()
+    local bad, widths = {}, {}
+    for _, c in ipairs(by_group["varint edges"]) do
+      local problem = check(c, res[c.id])
+      if problem then bad[#bad + 1] = c.id .. ": " .. problem end
+    end
+    assert(#bad == 0, #bad .. " of " .. #by_group["varint edges"] .. " vectors differ:\n" .. table.concat(bad, "\n"))
+    -- the edges really are there: each width of n + 1 on both sides of it
+    for _, n in ipairs(EDGES) do
+      local w = n + 1 < 128 and 1 or n + 1 < 16384 and 2 or n + 1 < 2097152 and 3 or 4
+      widths[w] = (widths[w] or 0) + 1
+    end
+    assert.are.same({ 4, 4, 3, 2 }, widths)
+    -- 10 counts (n <= 16384), 10 edges x 2 strings (n <= 32767), 13 bytes
+    assert.are.equal(43, #by_group["varint edges"])
+  end)
   for _, g in ipairs(groups) do
     it(("%s v%d-%d: Java's bytes = ours, and ours decode them"):format(g[1], g[2], g[3]), function()
       local res = java()

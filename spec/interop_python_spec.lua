@@ -3,49 +3,8 @@
 local proto = require "kafka.proto"
 local gen = require "support.gen"
 local H = require "support.helpers"
-local pack, unpack = H.pack, H.unpack
 
-local function pack_msgs(msgs)
-  local out = {}
-  local function lb(s)
-    if s == nil then return pack(">i4", -1) end
-    return pack(">i4", #s) .. s
-  end
-  for i, m in ipairs(msgs) do
-    local hs = m.headers or {}
-    local parts = { pack(">i8i8", m.offset or (i - 1), m.timestamp or -1), lb(m.key), lb(m.value),
-      pack(">i4", #hs) }
-    for _, h in ipairs(hs) do parts[#parts + 1] = lb(h.key) .. lb(h.value) end
-    out[#out + 1] = table.concat(parts)
-  end
-  return table.concat(out)
-end
-
-local function unpack_msgs(s)
-  local msgs, pos = {}, 1
-  local function lb()
-    local n
-    n, pos = unpack(">i4", s, pos)
-    if n < 0 then return nil end
-    local v = s:sub(pos, pos + n - 1)
-    pos = pos + n
-    return v
-  end
-  while pos <= #s do
-    local m = {}
-    m.offset, m.timestamp, pos = unpack(">i8i8", s, pos)
-    m.key = lb()
-    m.value = lb()
-    local nh
-    nh, pos = unpack(">i4", s, pos)
-    if nh > 0 then
-      m.headers = {}
-      for j = 1, nh do m.headers[j] = { key = lb(), value = lb() } end
-    end
-    msgs[#msgs + 1] = m
-  end
-  return msgs
-end
+local pack_msgs, unpack_msgs = H.kp_pack_msgs, H.kp_unpack_msgs
 
 local function sample(n, magic)
   local t = {}

@@ -308,6 +308,24 @@ describe("nginx (the OpenResty example, two workers)", function()
       assert_clean_log()
     end)
 
+  -- spec/readpath_spec.lua's cases on cosockets: the same answers as on
+  -- every other transport
+  it("cosockets read frames by the same rules as every other transport (support/readpath.lua)", function()
+    local RP = require "support.readpath"
+    for i, case in ipairs(RP.cases) do
+      local proc, bport = H.start_bad(case.modes, nil, 0.2)
+      local ok, body = pcall(get, ("/readpath?root=%s&case=%d&port=%d"):format(root, i, bport))
+      proc:close()
+      assert(ok, body)
+      local want = RP.expected(case, bport)
+      want[#want + 1] = "transport cosocket"
+      local got = {}
+      for line in body:gmatch("[^\n]+") do got[#got + 1] = line end
+      assert.are.same(want, got)
+    end
+    assert_clean_log()
+  end)
+
   it("nginx -s reload in the middle of the load: what the old workers buffered is still delivered", function()
     -- answers take 300 ms: at the reload every old worker has messages in flight
     for b = 1, 3 do m:cmd("rtt " .. b .. " 300") end

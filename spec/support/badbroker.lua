@@ -1,11 +1,15 @@
 -- A misbehaving broker for the connection specs. Serves one connection at a
 -- time on loopback; answers ApiVersions and Metadata correctly and breaks
 -- its answers to ListOffsets as told, one mode per ListOffsets request:
---   lua5.x|luajit badbroker.lua PORTFILE MODE[,MODE...] (the specs' interpreter)
+--   lua5.x|luajit badbroker.lua PORTFILE MODE[,MODE...] [TLSDIR|-] [IDLE] (the specs' interpreter)
 -- Modes: ok, close_mid_frame, garbage, wrong_corr, silent (no answer),
 -- short_frame (a 2-byte frame), huge_frame (declares 256 MiB with the right
 -- correlation id, then trickles bytes), huge_wrong_corr (the same with a
--- wrong correlation id). After the list it answers ok.
+-- wrong correlation id), delay_MS (the right answer, MS ms after the
+-- request: a broker-side wait). After the list it answers ok.
+-- TLSDIR (a folder with cert.pem and key.pem): every connection is TLS
+-- (LuaSec, server side), so the client reads through its TLS path.
+-- IDLE: it exits once no connection was open for IDLE seconds (1).
 local root = arg[0]:match("^(.*)/spec/support/")
 package.path = root .. "/lua/?.lua;" .. root .. "/spec/?.lua;" .. package.path
 local socket = require "socket"
@@ -13,8 +17,11 @@ local proto = require "kafka.proto"
 local H = require "support.helpers"
 local pack, unpack = H.pack, H.table_unpack
 
-local portfile, modes = arg[1], {}
+local portfile, modes, tlsdir = arg[1], {}, arg[3] ~= "-" and arg[3] or nil
+local idle = tonumber(arg[4]) or 1
 for m in (arg[2] or ""):gmatch("[^,]+") do modes[#modes + 1] = m end
+local tls_params = tlsdir and { mode = "server", protocol = "any", key = tlsdir .. "/key.pem",
+  certificate = tlsdir .. "/cert.pem", options = { "all" } }
 
 local server = assert(socket.bind("127.0.0.1", 0))
 local _, port = server:getsockname()
@@ -26,6 +33,7 @@ os.rename(portfile .. ".tmp", portfile)
 server:settimeout(0)
 
 local served = 0
+local later = {} -- answers due at a time: {conn, frame, at}
 local function answer(conn, req)
   local key, v, corr = req.api_key, req.api_version, req.correlation_id
   if key == 18 then
@@ -46,6 +54,11 @@ local function answer(conn, req)
     local frame = proto.encode_response(2, v, corr, { topics = { { name = "t", partitions = {
       { partition_index = 0, error_code = 0, timestamp = -1, offset = 42, old_style_offsets = { 42 } } } } } })
     if mode == "ok" then return conn:send(frame) end
+    local delay = mode:match("^delay_(%d+)$")
+    if delay then -- answered from the serving loop, which goes on meanwhile
+      later[#later + 1] = { conn = conn, frame = frame, at = socket.gettime() + tonumber(delay) / 1000 }
+      return true
+    end
     if mode == "close_mid_frame" then conn:send(frame:sub(1, 10)); return nil end
     if mode == "garbage" then
       -- throttle 0, then a topic count of 2^31-1 in a 12-byte frame
@@ -72,17 +85,34 @@ local function answer(conn, req)
 end
 
 -- Serves every connection (select loop); exits when no connection is open
--- and none comes for 1 s, so a driver's pclose returns soon.
+-- and none comes for IDLE s, so a driver's pclose returns soon.
 local clients = {}
 local idle_since = socket.gettime()
 while true do
-  local readable = socket.select({ server, unpack(clients) }, nil, 0.2)
+  -- (a TLS connection may hold a request LuaSec has read already: dirty)
+  local readable = {}
+  for _, c in ipairs(clients) do
+    if c.dirty and c:dirty() then readable[#readable + 1] = c end
+  end
+  local wait = 0.2
+  for _, l in ipairs(later) do wait = math.max(0, math.min(wait, l.at - socket.gettime())) end
+  if not readable[1] then readable = socket.select({ server, unpack(clients) }, nil, wait) end
+  for i = #later, 1, -1 do
+    if later[i].at <= socket.gettime() then
+      later[i].conn:send(later[i].frame) -- (to a connection the client may have closed: ignored)
+      table.remove(later, i)
+    end
+  end
   for _, s in ipairs(readable) do
     if s == server then
       local conn = server:accept()
       if conn then
         conn:settimeout(5)
-        clients[#clients + 1] = conn
+        if tls_params then
+          conn = require("ssl").wrap(conn, tls_params)
+          if conn and not conn:dohandshake() then conn:close() conn = nil end
+        end
+        if conn then clients[#clients + 1] = conn end
       end
     else
       local ok = false
@@ -101,5 +131,5 @@ while true do
     end
   end
   if #clients > 0 then idle_since = socket.gettime()
-  elseif socket.gettime() - idle_since > 1 then break end
+  elseif socket.gettime() - idle_since > idle then break end
 end

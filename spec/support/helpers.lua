@@ -214,6 +214,53 @@ end
 
 local function tmpname() return os.tmpname() end
 
+-- kp_pack_msgs(msgs) / kp_unpack_msgs(bytes): messages in kp.py's format
+-- (int64 offset, int64 timestamp, int32-prefixed key and value, -1 null,
+-- int32 header count, int32-prefixed header keys and values).
+function _M.kp_pack_msgs(msgs)
+  local pk = _M.pack
+  local out = {}
+  local function lb(s)
+    if s == nil then return pk(">i4", -1) end
+    return pk(">i4", #s) .. s
+  end
+  for i, m in ipairs(msgs) do
+    local hs = m.headers or {}
+    local parts = { pk(">i8i8", m.offset or (i - 1), m.timestamp or -1), lb(m.key), lb(m.value),
+      pk(">i4", #hs) }
+    for _, h in ipairs(hs) do parts[#parts + 1] = lb(h.key) .. lb(h.value) end
+    out[#out + 1] = table.concat(parts)
+  end
+  return table.concat(out)
+end
+
+function _M.kp_unpack_msgs(s)
+  local upk = _M.unpack
+  local msgs, pos = {}, 1
+  local function lb()
+    local n
+    n, pos = upk(">i4", s, pos)
+    if n < 0 then return nil end
+    local v = s:sub(pos, pos + n - 1)
+    pos = pos + n
+    return v
+  end
+  while pos <= #s do
+    local m = {}
+    m.offset, m.timestamp, pos = upk(">i8i8", s, pos)
+    m.key = lb()
+    m.value = lb()
+    local nh
+    nh, pos = upk(">i4", s, pos)
+    if nh > 0 then
+      m.headers = {}
+      for j = 1, nh do m.headers[j] = { key = lb(), value = lb() } end
+    end
+    msgs[#msgs + 1] = m
+  end
+  return msgs
+end
+
 -- kp(cmd, input_bytes, args...) -> output bytes; raises on failure.
 function _M.kp(cmd, input, ...)
   local inf, outf = tmpname(), tmpname()
@@ -241,15 +288,17 @@ function _M.kp(cmd, input, ...)
   return out
 end
 
--- start_bad(modes) -> process, port: spec/support/badbroker.lua serving
--- the given comma-separated modes (see that file).
-function _M.start_bad(modes)
+-- start_bad(modes [, tlsdir [, idle]]) -> process, port: spec/support/
+-- badbroker.lua serving the given comma-separated modes (see that file),
+-- over TLS with tlsdir's cert.pem and key.pem when given, exiting after
+-- idle seconds (1) without a connection.
+function _M.start_bad(modes, tlsdir, idle)
   local socket = require "socket"
   local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
   local portfile = os.tmpname()
   os.remove(portfile)
-  local p = assert(io.popen(("exec %s %s/spec/support/badbroker.lua %s %s"):format(_M.lua_interpreter(), root, portfile,
-    modes), "r"))
+  local p = assert(io.popen(("exec %s %s/spec/support/badbroker.lua %s %s %s %s"):format(_M.lua_interpreter(), root,
+    portfile, modes ~= "" and modes or "ok", tlsdir or "-", tostring(idle or 1)), "r"))
   local deadline = socket.gettime() + 10
   while socket.gettime() < deadline do
     local f = io.open(portfile)
