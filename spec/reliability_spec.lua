@@ -194,6 +194,49 @@ describe("reliability", function()
     end)
   end)
 
+  describe("2c: the producer's retries wait exactly their backoff, capped (injected clock)", function()
+    -- kafka.mock in-process on a virtual clock shared with the client: a
+    -- request takes no time, so the Produce attempts' times are the waits
+    local function produce_times(popts, fails)
+      local kmock = require "kafka.mock"
+      local t = 0
+      local now, sleep = function() return t end, function(ms) t = t + ms end
+      local cluster = kmock.new { brokers = 1, topics = { t = 1 }, now = now, sleep = sleep }
+      local factory, times = cluster:socket_factory(), {}
+      local function socket_with_log(...)
+        local s = factory(...)
+        local send = s.send
+        s.send = function(self, data, ...)
+          local req = proto.decode_request(tostring(data))
+          if req and req.api_name == "Produce" then times[#times + 1] = t end
+          return send(self, data, ...)
+        end
+        return s
+      end
+      local client = kafka.client.new { brokers = cluster:bootstrap(), socket = socket_with_log, now = now,
+        sleep = sleep }
+      local p = kafka.producer.new(client, popts)
+      cluster:fail("Produce", proto.errors.NOT_LEADER_OR_FOLLOWER, fails)
+      local res = { p:send_sync("t", "v") }
+      client:close()
+      cluster:close()
+      return times, res
+    end
+
+    it("retry_backoff_ms doubling per attempt up to retry_backoff_max_ms", function()
+      local times, res = produce_times({ retry_backoff_ms = 10, retry_backoff_max_ms = 50 }, 6)
+      assert.are.same({ 0, 0 }, res) -- partition 0, offset 0
+      -- waits 10, 20, 40, then 50 (the cap) three times
+      assert.are.same({ 0, 10, 30, 70, 120, 170, 220 }, times)
+    end)
+
+    it("retry_backoff_max_ms defaults to the client's (1000): a refused partition waits milliseconds", function()
+      local times, res = produce_times({ retry_backoff_ms = 100 }, 6)
+      assert.are.same({ 0, 0 }, res)
+      assert.are.same({ 0, 100, 300, 700, 1500, 2500, 3500 }, times)
+    end)
+  end)
+
   describe("3: a broker back is used at once; backoff refusals are not attempts", function()
     it("list_offsets with max_retries = 1 waits out a reconnect backoff instead of failing", function()
       leaders("backon", 3)
