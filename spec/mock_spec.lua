@@ -1251,3 +1251,40 @@ describe("kafka.mock on TCP", function()
     c:close()
   end)
 end)
+
+describe("kafka.mock in-process on an injected clock", function()
+  -- A Fetch without data is held for its max_wait_ms, as a broker holds it:
+  -- the client's receive sleeps on the cluster's clock until then. (It was
+  -- answered at once: an empty poll spun, 55,000 Fetches a second on the
+  -- real clock, and never returned on an injected one.)
+  it("an empty poll waits fetch_max_wait_ms per Fetch and returns at its deadline; data ends the wait", function()
+    local t = 0
+    local now, sleep = function() return t end, function(ms) t = t + ms end
+    local cluster = mock.new { brokers = 1, topics = { t = 1 }, now = now, sleep = sleep }
+    local factory, fetches = cluster:socket_factory(), {}
+    local function logged(...) -- the clock's time of each Fetch sent
+      local s = factory(...)
+      local send = s.send
+      s.send = function(self, data, ...)
+        local req = kafka.proto.decode_request(tostring(data))
+        if req and req.api_name == "Fetch" then fetches[#fetches + 1] = t end
+        return send(self, data, ...)
+      end
+      return s
+    end
+    local client = kafka.client.new { brokers = cluster:bootstrap(), socket = logged, now = now, sleep = sleep }
+    local c = kafka.consumer.new(client, { fetch_max_wait_ms = 400 })
+    assert(c:assign { { topic = "t", partition = 0, offset = "earliest" } })
+    local msgs, err = c:poll(1000)
+    assert.are.same({ {}, nil, 1000 }, { msgs, err, t })
+    -- each answered empty after 400 ms; the one sent as the poll ends is held
+    assert.are.same({ 0, 400, 800, 1000 }, fetches)
+    local p = kafka.producer.new(client, {})
+    assert.are.same({ 0, 0 }, { p:send_sync("t", "hello") })
+    local t0 = t
+    msgs = assert(c:poll(1000))
+    assert.are.same({ 1, "hello", 0 }, { #msgs, msgs[1].value, t - t0 })
+    client:close()
+    cluster:close()
+  end)
+end)
