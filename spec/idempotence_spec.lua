@@ -96,7 +96,8 @@ describe("idempotent producer recovery (kafka.mock)", function()
     assert.are.same({ { pid, 0, 0, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 0))
   end)
 
-  it("a batch that expired in flight: the next batch goes under a bumped epoch from 0, nothing asked", function()
+  it("a batch given up in flight, or expired in its retry backoff: the next goes under a bumped epoch from 0, nothing asked",
+    function()
     -- (the issue's case: librdkafka 2.0.2's mock answered the InitProducerId
     -- bump 49 and the producer went fatal for good)
     local cluster, p = start(1, { t = 1 }, { delivery_timeout_ms = 1000 })
@@ -114,6 +115,16 @@ describe("idempotent producer recovery (kafka.mock)", function()
     -- the delayed batch was written too (under epoch 0: the broker had it)
     assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 1, 0, 3 } }, stamps(cluster, "t", 0))
     assert.is_nil(p:transaction_state())
+    -- refused once (not written), then its delivery deadline passes in the retry backoff
+    p.retry_backoff_ms, p.retry_backoff_max_ms = 5000, 5000
+    cluster:fail("Produce", E.NOT_ENOUGH_REPLICAS, 1)
+    assert(p:send("t", "expired"))
+    local reports3, failed3 = p:flush()
+    assert.are.same({ 1, "timeout" }, { failed3, reports3[1].code })
+    assert.matches("delivery_timeout_ms %(1000%) expired after 1 attempts: .*NOT_ENOUGH_REPLICAS", reports3[1].err)
+    assert(p:send_sync("t", "next"))
+    assert.are.same({ pid, 2, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
+    assert.are.same({ pid, 2, 0, 1 }, stamps(cluster, "t", 0)[4])
   end)
 
   it("the broken partition restarts at 0 once its batches in flight have answered; the others keep their stamps", function()
