@@ -13,7 +13,8 @@
 --             failed, or the specs fail on the unchanged tree too
 -- then a summary. Exits 1 when any mutant survived or errored.
 --
--- Environment: MUTANTS (subset), MUTANT_TIMEOUT (seconds per spec run, 300),
+-- Environment: MUTANTS (subset), MUTANTS_CI=1 (the entries marked ci = true:
+-- the set .ci/run runs, `make mutants-ci`), MUTANT_TIMEOUT (seconds per spec run, 300),
 -- MUTANT_BASELINE=0 (skip the run of each spec command on the unchanged
 -- copy, which makes sure a kill is the mutant's and not a broken setup),
 -- MUTANT_LOG (directory of the spec outputs, build/mutants/logs), MUTANT_WORK
@@ -135,7 +136,11 @@ for _, m in ipairs(all) do
   assert(not byname[m.name], "two mutants named " .. m.name)
   byname[m.name] = m
 end
-if #sel == 0 then
+if #sel == 0 and os.getenv("MUTANTS_CI") == "1" then
+  for _, m in ipairs(all) do
+    if m.ci then want[#want + 1] = m end
+  end
+elseif #sel == 0 then
   want = all
 else
   for _, n in ipairs(sel) do
