@@ -249,6 +249,9 @@ describe("idempotent producer recovery (kafka.mock)", function()
     assert(p:send_sync("t", "two"))
     assert.are.same({ pid, 1, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
     assert.are.same({ { pid, 0, 0, 1 }, { pid, 1, 0, 1 } }, stamps(cluster, "t", 0))
+    -- the bump came with the failure: "two" went once (not first at sequence 2
+    -- under epoch 0, refused OUT_OF_ORDER_SEQUENCE_NUMBER, then bumped)
+    assert.are.equal(3, cluster:request_counts().Produce)
   end)
 
   it("an epoch that would overflow (32767): a new producer id (InitProducerId), sequences from 0", function()
