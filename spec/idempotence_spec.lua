@@ -308,7 +308,7 @@ describe("idempotent producer recovery (kafka.mock)", function()
     assert(p:send_sync("t", "one"))
     assert(p:send_sync("t", "two"))
     local pid = p.producer_id
-    cluster.topics.t.partitions[0].log.producers = {}
+    cluster:expire_producers("t", 0)
     assert(p:send_sync("t", "three"))
     assert.are.same({ pid, 0, 1 }, { p.producer_id, p.producer_epoch, inits(cluster) })
     assert.are.same({ { pid, 0, 0, 1 }, { pid, 0, 1, 1 }, { pid, 0, 2, 1 } }, stamps(cluster, "t", 0))

@@ -351,6 +351,15 @@ function _M:offsets(topic, partition)
   return p.log.log_start, p.log.hw
 end
 
+-- expire_producers(topic, partition): the partition forgets every
+-- idempotent producer's state, as Kafka does after producer.id.expiration.ms
+-- (a forgotten producer's next batch is then taken at any sequence)
+function _M:expire_producers(topic, partition)
+  local p = self:_partition_arg("expire_producers", topic, partition)
+  p.log.producers = {}
+  return true
+end
+
 -- delete_records(topic, partition, offset) -> new log start offset
 function _M:delete_records(topic, partition, offset)
   local p = self:_partition_arg("delete_records", topic, partition)
