@@ -44,14 +44,14 @@ local function new_world(client, topic, gid, base_opts, parts)
     o.on_assign, o.on_revoke, o.on_lost = logger(name, "assign"), logger(name, "revoke"), logger(name, "lost")
     local c = kafka.consumer.new(client, o)
     if w.track_commits then
-      -- every acknowledged commit goes into the log (what a new owner must resume from)
-      local commit = c.offsets.commit
-      c.offsets.commit = function(self, list, id)
-        local ok, e1, e2, e3 = commit(self, list, id)
+      -- every acknowledged commit goes into the log (what a new owner must
+      -- resume from): synchronous and automatic ones both end in _committed
+      local committed = c._committed
+      c._committed = function(self, list, react, ok, ...)
         if ok then
           for _, x in ipairs(list) do w.log[#w.log + 1] = { member = name, kind = "commit", p = x.partition, offset = x.offset } end
         end
-        return ok, e1, e2, e3
+        return committed(self, list, react, ok, ...)
       end
     end
     assert(c:subscribe(o.subscription or { topic }))

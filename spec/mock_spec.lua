@@ -1287,4 +1287,47 @@ describe("kafka.mock in-process on an injected clock", function()
     client:close()
     cluster:close()
   end)
+
+  -- issue 27: the automatic commit goes out asynchronously, as Java's, and
+  -- a later poll takes its answer: a coordinator slow to answer (5 s here)
+  -- never stretches a poll past its timeout
+  it("poll keeps its deadline while the automatic commit waits for the coordinator", function()
+    local t = 0
+    local now, sleep = function() return t end, function(ms) t = t + ms end
+    local cluster = mock.new { brokers = 1, topics = { t = 2 }, now = now, sleep = sleep }
+    local client = kafka.client.new { brokers = cluster:bootstrap(), socket = cluster:socket_factory(), now = now,
+      sleep = sleep }
+    local p = kafka.producer.new(client, {})
+    for i = 1, 10 do p:send("t", "m" .. i, { partition = i % 2 }) end
+    local _, failed, delivered = p:flush()
+    assert.are.same({ 0, 10 }, { failed, delivered })
+    local c = kafka.consumer.new(client, { group_id = "g", auto_commit_interval_ms = 100, fetch_max_wait_ms = 50,
+      auto_offset_reset = "earliest" })
+    c:subscribe { "t" }
+    local got = 0
+    while got < 10 and t < 60000 do got = got + #assert(c:poll(100)) end
+    assert.are.same({ 10, "stable" }, { got, c:group_state().state })
+    cluster:delay("OffsetCommit", 5000)
+    local polls = {}
+    for i = 1, 4 do
+      local t0 = t
+      local msgs, err = c:poll(200)
+      local ac = c:group_state().auto_commit
+      polls[i] = { #msgs, err, t - t0, ac.in_flight, ac.commits }
+    end
+    -- the first poll is before the interval is up; the second sends the commit
+    assert.are.same({ { 0, nil, 200, false, 0 }, { 0, nil, 200, true, 0 }, { 0, nil, 200, true, 0 },
+      { 0, nil, 200, true, 0 } }, polls)
+    while c:group_state().auto_commit.in_flight and t < 60000 do assert(c:poll(200)) end
+    -- answered 5 s after it was sent (at 200 ms, into the poll that began at 5,200)
+    assert.are.same({ 5400, 1 }, { t, c:group_state().auto_commit.commits })
+    assert.are.same({ t = { [0] = 5, [1] = 5 } }, cluster:committed("g"))
+    -- the positions are committed now: later intervals send nothing
+    for _ = 1, 5 do assert(c:poll(200)) end
+    local ac = c:group_state().auto_commit
+    assert.are.same({ 1, false, 1 }, { ac.commits, ac.in_flight, cluster:request_counts().OffsetCommit })
+    c:close()
+    client:close()
+    cluster:close()
+  end)
 end)

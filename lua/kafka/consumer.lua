@@ -104,6 +104,9 @@ function _M.new(client_or_opts, opts)
   self.fetcher = fetcher_mod.new(client, self)
   self.offsets = self.group_id and offsets_mod.new(client, self.group_id) or nil
   self.next_auto_commit = client.now() + self.auto_commit_interval_ms
+  self.auto_commit_req = nil  -- the automatic OffsetCommit in flight: {conn, corr, list}
+  self.auto_commits = 0       -- automatic commits answered
+  self.auto_commit_error = nil -- {err, code, kafka_code} of the last automatic commit refused or failed
   return self
 end
 
@@ -337,7 +340,9 @@ function _M:group_state()
   if not g then return nil end
   return { state = g.state, protocol = g.protocol, member_id = g.member_id,
            generation = g.protocol == "classic" and g.generation or g.epoch, rebalances = g.rebalances,
-           leader = g.leader_id and g.leader_id == g.member_id or nil, transitions = g.transitions }
+           leader = g.leader_id and g.leader_id == g.member_id or nil, transitions = g.transitions,
+           auto_commit = { in_flight = self.auto_commit_req ~= nil, commits = self.auto_commits,
+                           last_error = self.auto_commit_error } }
 end
 
 -- Called by the group member: partitions it owns from now on (positions
@@ -426,11 +431,9 @@ local function positions(self, list, all)
   return out
 end
 
-function _M:_commit_group(list, react)
-  local g = self.group
-  local id = g:identity()
-  if not id then return nil, "not a member of the group now (" .. g.state .. ")", "rebalance" end
-  local ok, err, code, kcode = self.offsets:commit(list, id)
+-- A commit of list answered (ok) or refused: the positions it carried are
+-- committed, or the group reacts to the refusal (react).
+function _M:_committed(list, react, ok, err, code, kcode)
   if ok then
     for _, o in ipairs(list) do
       local st = self.fetcher:get(o.topic, o.partition)
@@ -439,8 +442,15 @@ function _M:_commit_group(list, react)
     self.last_commit = list
     return true
   end
-  if kcode and react and not self.in_callback then g:commit_error(kcode) end
+  if kcode and react and not self.in_callback then self.group:commit_error(kcode) end
   return nil, err, code, kcode
+end
+
+function _M:_commit_group(list, react)
+  local g = self.group
+  local id = g:identity()
+  if not id then return nil, "not a member of the group now (" .. g.state .. ")", "rebalance" end
+  return self:_committed(list, react, self.offsets:commit(list, id))
 end
 
 -- Auto commit of partitions being revoked (called by the group member).
@@ -448,21 +458,61 @@ function _M:_group_auto_commit(list)
   if not self.enable_auto_commit then return end
   local offs = positions(self, list, false)
   if #offs == 0 then return end
-  local ok, err, code = self:_commit_group(offs, false)
-  if not ok then self.last_commit_error = { err = err, code = code } end
+  local ok, err, code, kcode = self:_commit_group(offs, false)
+  if not ok then self.auto_commit_error = { err = err, code = code, kafka_code = kcode } end
 end
 
-function _M:_auto_commit()
+-- The automatic commit of a poll goes out asynchronously, as Java's
+-- (maybeAutoCommitOffsetsAsync): sent when due, its answer taken by this
+-- or a later poll, so poll keeps its deadline whatever the coordinator
+-- does (a commit waited for took a poll(200) to 4 s with a node frozen).
+-- One at a time; finding the coordinator and connecting are bounded by the
+-- poll's deadline.
+function _M:_auto_commit(deadline)
   local g = self.group
   if not (g and self.enable_auto_commit) then return end
+  self:_auto_commit_answer()
   local t = self.client.now()
-  if t < self.next_auto_commit then return end
+  if self.auto_commit_req or t < self.next_auto_commit then return end
   self.next_auto_commit = t + self.auto_commit_interval_ms
-  if g.state ~= "stable" or not g:identity() then return end
+  local id = g.state == "stable" and g:identity()
+  if not id then return end
   local offs = positions(self, g:owned_list(), false)
   if #offs == 0 then return end
-  local ok, err, code = self:_commit_group(offs, true)
-  if not ok then self.last_commit_error = { err = err, code = code } end
+  local c, err, code, kcode = self.offsets:coordinator(deadline)
+  local v
+  if c then v, err, code = c:version(API.OffsetCommit) end
+  local corr
+  if v then corr, err, code = c:send(API.OffsetCommit, v, self.offsets:commit_body(offs, id), { deadline = deadline }) end
+  if not corr then
+    if c then self.offsets:invalidate() end
+    self.auto_commit_error = { err = err, code = code, kafka_code = kcode }
+    return
+  end
+  self.auto_commit_req = { conn = c, corr = corr, list = offs }
+end
+
+-- Takes the automatic commit's answer when it is there (waits until
+-- until_t, default now): the positions committed, or the error kept for
+-- group_state() and the group's reaction (a rebalance, a fence).
+function _M:_auto_commit_answer(until_t)
+  local r = self.auto_commit_req
+  if not r then return end
+  local resp, err, code = r.conn:receive(r.corr, until_t or self.client.now())
+  if not resp and code == "timeout" and r.conn:waiting(r.corr) then return end
+  self.auto_commit_req = nil
+  local ok, kcode
+  if resp then
+    ok, err, code, kcode = self.offsets:commit_result(resp)
+  else
+    self.offsets:invalidate()
+  end
+  if self:_committed(r.list, true, ok, err, code, kcode) then
+    self.auto_commits = self.auto_commits + 1
+    self.auto_commit_error = nil
+  else
+    self.auto_commit_error = { err = err, code = code, kafka_code = kcode }
+  end
 end
 
 local function result(self, out, errs)
@@ -525,12 +575,13 @@ function _M:poll(timeout_ms)
   local msg, code, kcode = g:failure()
   if msg then return nil, msg, code, kcode end
   g:poll_begin()
-  self:_auto_commit()
+  self:_auto_commit(deadline)
   while true do
     local can_fetch = fetchable(self)
     g:step(can_fetch and now() or deadline)
     msg, code, kcode = g:failure()
     if msg then return nil, msg, code, kcode end
+    self:_auto_commit_answer()
     self:_positions(errs)
     local t = now()
     if t >= deadline then break end

@@ -143,23 +143,33 @@ end
 -- generation or epoch is old, or a rebalance is in progress), "fenced"
 -- (another member has this group_instance_id), "kafka".
 function _M:commit(offsets, identity)
+  return self:request(API.OffsetCommit, self:commit_body(offsets, identity), function(resp)
+    return self:commit_result(resp)
+  end)
+end
+
+-- commit_body(offsets, identity) -> the OffsetCommit request commit() sends
+function _M:commit_body(offsets, identity)
   local list = by_topic(offsets, "partitions", function(o)
     return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
              commit_timestamp = -1, committed_metadata = o.metadata or "" }
   end)
-  local body = { group_id = self.group_id, generation_id_or_member_epoch = identity and identity.generation or -1,
+  return { group_id = self.group_id, generation_id_or_member_epoch = identity and identity.generation or -1,
     member_id = identity and identity.member_id or "", group_instance_id = identity and identity.instance_id,
     retention_time_ms = -1, topics = list }
-  return self:request(API.OffsetCommit, body, function(resp)
-    for _, tr in ipairs(resp.topics or {}) do
-      for _, pr in ipairs(tr.partitions or {}) do
-        if pr.error_code ~= errors.NONE then
-          return kafka_error(self, ("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
-        end
+end
+
+-- commit_result(resp) -> true | nil, err, code, kafka_code, retriable: an
+-- OffsetCommit answer (the first partition error)
+function _M:commit_result(resp)
+  for _, tr in ipairs(resp.topics or {}) do
+    for _, pr in ipairs(tr.partitions or {}) do
+      if pr.error_code ~= errors.NONE then
+        return kafka_error(self, ("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
       end
     end
-    return true
-  end)
+  end
+  return true
 end
 
 local function pkey(topic, partition) return topic .. "\0" .. partition end
