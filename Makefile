@@ -42,7 +42,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: mutants mutants-ci all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: mutants mutants-ci chaos all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -133,6 +133,12 @@ demo: all $(MOCKBROKER)
 mutants: all $(MOCKBROKER)
 	$(MAKE) --no-print-directory LUA=luajit all
 	$(WITH_BROKERS) lua5.4 tools/mutants.lua
+
+# The chaos suite (spec/chaos_spec.lua): a 3-node cluster of the first of
+# KAFKA_VERSIONS, six faults under a default producer and a group consumer.
+CHAOS_KAFKA ?= 4.1.2
+chaos: all
+	SPEC_CHAOS=1 KAFKA_VERSIONS=$(CHAOS_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/chaos_spec.lua
 
 # The mutants marked ci = true (the promises found unguarded, each with the
 # spec written for it): the part of `make mutants` that .ci/run runs.

@@ -130,11 +130,12 @@ end
 -- (clients keep working while the node starts): h.wait([secs]) raises
 -- unless the node is ready within secs (default 200; the harness itself
 -- gives up after 180 s), h.done() -> true once the restart has finished.
-function _M:restart_bg(node)
+-- restart_bg(node, delay_s) starts the restart delay_s seconds from now.
+function _M:restart_bg(node, delay_s)
   local rcf, log = os.tmpname(), os.tmpname()
   os.remove(rcf)
-  os.execute(("(%s %s restart %s %d >%s 2>&1; echo $? >%s.tmp; mv %s.tmp %s) &")
-    :format(H.closefds, harness, self.name, node, log, rcf, rcf, rcf))
+  os.execute(("(sleep %s; %s %s restart %s %d >%s 2>&1; echo $? >%s.tmp; mv %s.tmp %s) &")
+    :format(tostring(delay_s or 0), H.closefds, harness, self.name, node, log, rcf, rcf, rcf))
   local h, rc = {}, nil
   local function poll()
     if rc then return true end
@@ -155,6 +156,35 @@ function _M:restart_bg(node)
     if f then f:close() end
     if rc ~= 0 then error(("restart node %d: %s"):format(node, rc and out or "not done after " .. (secs or 200) .. " s"), 2) end
     os.remove(log)
+  end
+  return h
+end
+
+-- freeze(node, secs) -> a handle: node's JVM stopped with SIGSTOP now and
+-- resumed with SIGCONT secs later by a background shell (on time whatever
+-- the caller is blocked in); h.done() -> true once resumed, h.wait([secs]).
+function _M:freeze(node, secs)
+  local f = assert(io.open(("%s/node%d/pid"):format(self.dir, node), "rb"))
+  local pid = assert(tonumber(f:read("*l")))
+  f:close()
+  local donef = os.tmpname()
+  os.remove(donef)
+  assert(sh(("kill -STOP %d"):format(pid)))
+  os.execute(("(sleep %s; kill -CONT %d; echo done >%s) >/dev/null 2>&1 &"):format(tostring(secs), pid, donef))
+  local h = {}
+  function h.done()
+    local d = io.open(donef, "rb")
+    if not d then return false end
+    d:close()
+    os.remove(donef)
+    h.done = function() return true end
+    return true
+  end
+  function h.wait(limit)
+    local socket = require "socket"
+    local stop = socket.gettime() + (limit or secs + 10)
+    while not h.done() and socket.gettime() < stop do socket.sleep(0.05) end
+    if not h.done() then os.execute(("kill -CONT %d"):format(pid)); error("node " .. node .. " not resumed", 2) end
   end
   return h
 end

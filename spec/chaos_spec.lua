@@ -1,0 +1,210 @@
+-- The chaos suite (issue 27, `make chaos`; .ci/run runs it): a real 3-node
+-- KRaft cluster (the first of KAFKA_VERSIONS), a topic of replication
+-- factor 3 and min.insync.replicas 2, a producer and a group consumer at
+-- their default options (idempotent, acks all; auto commit) while a
+-- schedule applies six faults, one node at a time: kill -9 of a partition
+-- leader and its restart, a node frozen with SIGSTOP for 5 s and resumed
+-- (a long GC pause, or a partition seen from the client), kill -9 of the
+-- active controller (DescribeQuorum's leader) and its restart 5 s later;
+-- each twice.
+-- Checked exactly: every message acknowledged (the outages stay far under
+-- delivery_timeout_ms), none lost and none written twice (read back by
+-- kcat, an independent reader), no per-key reordering, the producer never
+-- fatal, the group consumer reads every acknowledged message and its
+-- committed offsets never go back. The figures are printed.
+-- Runs with SPEC_CHAOS=1 only (make chaos): about three minutes.
+local rk = require "support.realkafka"
+local rt = require "support.realtools"
+local kafka = require "kafka"
+local socket = require "socket"
+
+local function now() return socket.gettime() end
+
+local enabled = os.getenv("SPEC_CHAOS") == "1" and os.execute("command -v kcat >/dev/null 2>&1")
+local versions = rk.versions()
+
+describe("chaos on a 3-node Kafka cluster", function()
+  if not enabled or #versions == 0 then
+    pending("runs with SPEC_CHAOS=1 (make chaos), kcat and a Kafka version")
+    return
+  end
+  local version = versions[1]
+  local k, pclient, cclient
+  local frozen, restarting -- a fault a failed case may leave applied
+
+  setup(function()
+    k = rk.cluster(version, 3)
+    pclient = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "chaos-producer" }
+    cclient = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "chaos-consumer" }
+  end)
+
+  teardown(function()
+    if frozen then pcall(frozen.wait) end -- resumed by its own background shell
+    if restarting then pcall(restarting.wait, 200) end
+    if pclient then pclient:close() end
+    if cclient then cclient:close() end
+    -- every node running again for the next spec, also after a failure
+    if k then
+      for i = 1, 3 do
+        if not os.execute(("kill -0 $(cat %s/node%d/pid) 2>/dev/null"):format(k.dir, i)) then pcall(k.restart, k, i) end
+      end
+    end
+  end)
+
+  -- the active controller: the leader of the metadata log (DescribeQuorum)
+  local function active_controller()
+    local c = assert(pclient:any_broker())
+    local resp = assert(c:request("DescribeQuorum", { topics = { { topic_name = "__cluster_metadata",
+      partitions = { { partition_index = 0 } } } } }))
+    assert.are.equal(0, resp.error_code)
+    return resp.topics[1].partitions[1].leader_id
+  end
+
+  it("a default producer and a group consumer through six faults: nothing lost, duplicated, reordered or fatal",
+    function()
+    local topic = rt.uniq("chaos")
+    local P, KEYS = 6, 60
+    rt.create_topic(pclient, topic, P, 3, { ["min.insync.replicas"] = 2 })
+    local p = kafka.producer.new(pclient, {})   -- the defaults: idempotent, acks all, delivery_timeout_ms 120 s
+    local gid = rt.uniq("chaos-group")
+    local c = kafka.consumer.new(cclient, { group_id = gid, auto_offset_reset = "earliest" })
+    assert(c:subscribe { topic })
+    -- every acknowledged commit, per partition: they must never go back
+    local commits, went_back = {}, 0
+    local committed = c._committed
+    c._committed = function(self, list, react, ok, ...)
+      if ok then
+        for _, x in ipairs(list) do
+          local last = commits[x.partition]
+          if last and x.offset < last then went_back = went_back + 1 end
+          commits[x.partition] = x.offset
+        end
+      end
+      return committed(self, list, react, ok, ...)
+    end
+
+    local sent, acked, n_acked, n_failed, first_err = 0, {}, 0, 0, nil
+    local function settle(reports)
+      for _, r in ipairs(reports or {}) do
+        if r.err then n_failed, first_err = n_failed + 1, first_err or r.err
+        else acked[r.id] = r; n_acked = n_acked + 1 end
+      end
+    end
+    local seen, n_seen, dup_reads, poll_errors, slowest_poll = {}, 0, 0, 0, 0
+    local function consume(ms)
+      local t0 = now()
+      local msgs, err = c:poll(ms)
+      slowest_poll = math.max(slowest_poll, now() - t0)
+      if not msgs then poll_errors = poll_errors + 1; return err end
+      for _, m in ipairs(msgs) do
+        local id = tonumber(m.value:match("^m(%d+)$"))
+        if seen[id] then dup_reads = dup_reads + 1 else seen[id] = true; n_seen = n_seen + 1 end
+      end
+    end
+    local send_errors = 0
+    local function round()
+      for _ = 1, 50 do
+        local id, err = p:send(topic, "m" .. (sent + 1), { key = "key" .. (sent % KEYS) })
+        if id then sent = id else send_errors = send_errors + 1; first_err = first_err or err end
+      end
+      -- (no timeout: a flush fails what is left at its timeout; each message
+      -- has its delivery_timeout_ms)
+      settle(p:flush())
+      consume(100)
+    end
+    local function traffic(secs)
+      local stop = now() + secs
+      while now() < stop do round() end
+    end
+
+    -- the schedule: each fault starts between rounds and ends on time in a
+    -- background shell (a SIGCONT, a restart), whatever the producer's
+    -- flush is waiting for; the next starts 3 s after the node is back
+    local faults, log = {}, {}
+    local function fault(kind, node, h)
+      local t0 = now()
+      if kind == "frozen" then frozen = h end
+      while not h.done() and now() - t0 < 300 do round() end
+      h.wait(1)
+      frozen = nil
+      faults[kind] = (faults[kind] or 0) + 1
+      log[#log + 1] = ("%s node %d (back after %.1f s)"):format(kind, node, now() - t0)
+      traffic(3)
+    end
+    local function kill_restart(kind, node)
+      k:kill(node)
+      restarting = k:restart_bg(node, 5)
+      fault(kind, node, restarting)
+      restarting = nil
+    end
+
+    local start = now()
+    traffic(3)
+    for _ = 1, 2 do
+      pclient:invalidate(topic)
+      kill_restart("leader killed", assert(pclient:leader(topic, 0)))
+      pclient:invalidate(topic)
+      local node = assert(pclient:leader(topic, 1))
+      fault("frozen", node, k:freeze(node, 5))
+      kill_restart("controller killed", active_controller())
+    end
+    local faults_end = now()
+    -- after the last fault: everything acknowledged, the group caught up
+    settle(p:flush(120000))
+    local flushed = now()
+    local deadline = now() + 120
+    local missing
+    repeat
+      consume(200)
+      missing = 0
+      for id in pairs(acked) do if not seen[id] then missing = missing + 1 end end
+    until missing == 0 or now() > deadline
+    local caught_up = now()
+
+    -- kcat reads the whole log: each acknowledged message once, where its
+    -- report said, ids rising per key
+    local f = assert(io.popen(("timeout -k 5 120 kcat -C -b %s -t %s -o beginning -e -q -f '%%p %%o %%k %%s\\n' 2>&1")
+      :format(k.bootstrap.PLAINTEXT, topic)))
+    local in_log, lost, dups, reordered, misplaced = {}, 0, 0, 0, 0
+    local by_part = {}
+    for line in f:lines() do
+      local part, off, key, id = line:match("^(%d+) (%d+) (%S+) m(%d+)$")
+      if part then
+        part, off, id = tonumber(part), tonumber(off), tonumber(id)
+        if in_log[id] then dups = dups + 1 else in_log[id] = true end
+        local l = by_part[part] or {}
+        by_part[part] = l
+        l[#l + 1] = { off, id, key }
+        local r = acked[id]
+        if r and (r.partition ~= part or r.offset ~= off) then misplaced = misplaced + 1 end
+      end
+    end
+    f:close()
+    for id in pairs(acked) do if not in_log[id] then lost = lost + 1 end end
+    for _, l in pairs(by_part) do
+      table.sort(l, function(a, b) return a[1] < b[1] end)
+      local last = {}
+      for _, e in ipairs(l) do
+        if last[e[3]] and e[2] < last[e[3]] then reordered = reordered + 1 end
+        last[e[3]] = e[2]
+      end
+    end
+    print(("\n  chaos (Kafka %s, 3 nodes): %d messages sent, %d acknowledged, %d failed, %d refused by send; "
+      .. "faults: %d leader kills, %d freezes, %d controller kills; %d lost, %d written twice, %d reordered, "
+      .. "%d misplaced; the group read %d (%d again), %d poll errors, the slowest poll(100..200) %.1f s; "
+      .. "commits went back %d times; flush after the last fault %.1f s, the group caught up %.1f s later; "
+      .. "%.0f s in all\n  %s"):format(version, sent, n_acked, n_failed, send_errors, faults["leader killed"] or 0,
+      faults.frozen or 0, faults["controller killed"] or 0, lost, dups, reordered, misplaced, n_seen, dup_reads,
+      poll_errors, slowest_poll, went_back, flushed - faults_end, caught_up - flushed, now() - start,
+      table.concat(log, "; ")))
+    assert.are.same({ failed = 0, refused = 0, first_err = nil }, { failed = n_failed, refused = send_errors,
+      first_err = first_err })
+    assert.are.equal(sent, n_acked)
+    assert.are.same({ lost = 0, dups = 0, reordered = 0, misplaced = 0, missing = 0, went_back = 0 },
+      { lost = lost, dups = dups, reordered = reordered, misplaced = misplaced, missing = missing,
+        went_back = went_back })
+    assert.are.same({ 2, 2, 2 }, { faults["leader killed"], faults.frozen, faults["controller killed"] })
+    p:close()
+    c:close()
+  end)
+end)
