@@ -1288,6 +1288,56 @@ describe("kafka.mock in-process on an injected clock", function()
     cluster:close()
   end)
 
+  -- issue 27: a frozen broker (a JVM stopped with SIGSTOP) takes requests
+  -- and answers none until thawed; with move_leaders its partitions fail
+  -- over at once, as the cluster fences it
+  it("freeze(id) holds every answer until thaw(id); freeze(id, true) moves the leaders: written once either way",
+    function()
+    local results = {}
+    for _, mode in ipairs { "thaw", "move" } do
+      local t, cluster, thaw_at = 0, nil, nil
+      local now = function() return t end
+      local function sleep(ms) -- a sleep ends at the thaw, as the broker's answer would end it
+        if thaw_at and t + ms >= thaw_at then
+          t, thaw_at = thaw_at, nil
+          cluster:thaw(1)
+        else
+          t = t + ms
+        end
+      end
+      cluster = mock.new { brokers = 3, topics = { t = { partitions = 1, replication_factor = 3 } }, now = now,
+        sleep = sleep }
+      local client = kafka.client.new { brokers = cluster:bootstrap(), socket = cluster:socket_factory(), now = now,
+        sleep = sleep, request_timeout_ms = 1000 }
+      local p = kafka.producer.new(client, { timeout_ms = 500 })
+      local _, o0 = p:send_sync("t", "before")
+      local _, o1 = p:send_sync("t", "second")
+      assert.are.same({ 0, 1, 1 }, { o0, o1, cluster:leader("t", 0) })
+      local t0 = t
+      if mode == "thaw" then
+        cluster:freeze(1)
+        thaw_at = t + 800
+      else
+        cluster:freeze(1, true)
+      end
+      local part, off = p:send_sync("t", "during")
+      local r = { part, off, t - t0, cluster:leader("t", 0) }
+      if mode == "move" then cluster:thaw(1) end -- (the held Produce went with the connection the client closed)
+      r[5] = cluster:request_counts().Produce
+      local values = {}
+      for _, m in ipairs(cluster:records("t", 0)) do values[#values + 1] = m.value end
+      r[#r + 1] = table.concat(values, ",")
+      results[mode] = r
+      client:close()
+      cluster:close()
+    end
+    -- answered at the thaw (800 ms), one Produce for it; or after the
+    -- request's deadline (1000 + 500 ms of Produce timeout) and 100 ms of
+    -- backoff by the new leader, the held one never served
+    assert.are.same({ thaw = { 0, 2, 800, 1, 3, "before,second,during" },
+      move = { 0, 2, 1600, 2, 3, "before,second,during" } }, results)
+  end)
+
   -- issue 27: the automatic commit goes out asynchronously, as Java's, and
   -- a later poll takes its answer: a coordinator slow to answer (5 s here)
   -- never stretches a poll past its timeout

@@ -8,7 +8,8 @@
 --   cluster:listen()
 --
 -- Faults: fail(api, error_code, count [, topic, partition]), down(id), up(id),
--- move_leader(topic, partition, id), delay(api, ms), drop_response(api, count).
+-- freeze(id [, move_leaders]), thaw(id), move_leader(topic, partition, id),
+-- delay(api, ms), drop_response(api, count).
 -- Inspection: records(topic, partition), committed(group), group(id), offsets(topic, partition).
 -- See README.md, "Testing your code with kafka.mock".
 local proto = require "kafka.proto"
@@ -239,30 +240,58 @@ function _M:_close_broker_conns(b)
   end
 end
 
+-- The partitions broker id leads move to a live replica that is not frozen.
+function _M:_fail_over(id)
+  for _, t in pairs(self.topics) do
+    for i = 0, t.count - 1 do
+      local p = t.partitions[i]
+      if p.leader == id then
+        for _, r in ipairs(p.replicas) do
+          local rb = self.brokers[r]
+          if r ~= id and rb.up and not rb.frozen then
+            p.leader, p.epoch = r, p.epoch + 1
+            break
+          end
+        end
+      end
+    end
+  end
+end
+
 -- down(id [, keep_leaders]): the broker stops (connections closed, connects
 -- refused); its partitions fail over to a live replica unless keep_leaders.
 function _M:down(id, keep_leaders)
   local b = self:_broker_arg("down", id)
-  b.up = false
+  b.up, b.frozen = false, nil
   self:_close_broker_conns(b)
   if b.server then
     b.server:close()
     b.server = nil
   end
-  if not keep_leaders then
-    for _, t in pairs(self.topics) do
-      for i = 0, t.count - 1 do
-        local p = t.partitions[i]
-        if p.leader == id then
-          for _, r in ipairs(p.replicas) do
-            if self.brokers[r].up then
-              p.leader, p.epoch = r, p.epoch + 1
-              break
-            end
-          end
-        end
-      end
-    end
+  if not keep_leaders then self:_fail_over(id) end
+  return true
+end
+
+-- freeze(id [, move_leaders]): the broker stops answering, as a JVM stopped
+-- with SIGSTOP: connections and requests are taken (the kernel's buffers)
+-- but nothing is served or sent until thaw(id); with move_leaders its
+-- partitions fail over at once, as the cluster fences a broker whose
+-- heartbeats stopped. (Its groups' timers go on running; what a client
+-- sent on a connection it closed meanwhile is dropped with it.)
+function _M:freeze(id, move_leaders)
+  local b = self:_broker_arg("freeze", id)
+  b.frozen = true
+  if move_leaders then self:_fail_over(id) end
+  return true
+end
+
+-- thaw(id): a frozen broker serves what it was sent meanwhile, in order
+function _M:thaw(id)
+  local b = self:_broker_arg("thaw", id)
+  if not b.frozen then return true end
+  b.frozen = nil
+  for c in pairs(self.conns) do
+    if c.broker == b then c:feed("") end
   end
   return true
 end
@@ -438,7 +467,7 @@ function Conn:feed(data)
     self.chunks[#self.chunks + 1] = data
     self.have = self.have + #data
   end
-  while not self.closed and self.have >= 4 do
+  while not self.closed and not self.broker.frozen and self.have >= 4 do
     local buf = #self.chunks == 1 and self.chunks[1] or table.concat(self.chunks)
     self.chunks = { buf }
     local size = i32(buf, 1)
@@ -1141,7 +1170,7 @@ function _M:_next_deadline()
   for _, pk in ipairs(self.parked) do if not t or pk.deadline < t then t = pk.deadline end end
   for c in pairs(self.conns) do
     local item = c.outq[1]
-    if item and (item.frame or item.close) and (not t or item.at < t) then t = item.at end
+    if item and (item.frame or item.close) and not c.broker.frozen and (not t or item.at < t) then t = item.at end
   end
   return t
 end
@@ -1202,7 +1231,7 @@ function S:receive(n)
       self.rbuf, self.rpos = "", 1
       return r
     end
-    if item and (item.frame or item.close) and item.at <= now then
+    if item and (item.frame or item.close) and item.at <= now and not c.broker.frozen then
       table.remove(c.outq, 1)
       if item.close then
         c:close()
@@ -1293,7 +1322,7 @@ end
 function Conn:_tcp_write(now)
   local q = self.outq
   self.wq = self.wq or {}
-  while q[1] and (q[1].frame or q[1].close) and q[1].at <= now do
+  while q[1] and (q[1].frame or q[1].close) and q[1].at <= now and not self.broker.frozen do
     local item = table.remove(q, 1)
     if item.close then
       self.close_pending = true
@@ -1341,7 +1370,9 @@ function _M:step(timeout)
       tcp[#tcp + 1] = c
       rd[#rd + 1] = c.sock
       if c.wq and c.wq[1] then wr[#wr + 1] = c.sock end
-      if c.outq[1] and (c.outq[1].frame or c.outq[1].close) and c.outq[1].at <= now then wr[#wr + 1] = c.sock end
+      if c.outq[1] and (c.outq[1].frame or c.outq[1].close) and c.outq[1].at <= now and not c.broker.frozen then
+        wr[#wr + 1] = c.sock
+      end
     end
   end
   local wait = timeout or 0
