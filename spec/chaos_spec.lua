@@ -43,12 +43,8 @@ describe("chaos on a 3-node Kafka cluster", function()
     if restarting then pcall(restarting.wait, 200) end
     if pclient then pclient:close() end
     if cclient then cclient:close() end
-    -- every node running again for the next spec, also after a failure
-    if k then
-      for i = 1, 3 do
-        if not os.execute(("kill -0 $(cat %s/node%d/pid) 2>/dev/null"):format(k.dir, i)) then pcall(k.restart, k, i) end
-      end
-    end
+    -- every node running for the next spec, also after a failure
+    if k then k:ensure_running() end
   end)
 
   -- the active controller: the leader of the metadata log (DescribeQuorum)

@@ -118,14 +118,7 @@ local function be32(n)
 end
 
 -- The first difference of two byte strings, in hex with some context.
-local function bytes_diff(want, got)
-  if want == got then return nil end
-  local i = 1
-  while i <= #want and want:byte(i) == got:byte(i) do i = i + 1 end
-  local from = i > 8 and i - 8 or 1
-  return ("%d bytes from Java, %d from lua-kafka; first difference at byte %d: java ...%s... lua ...%s..."):format(
-    #want, #got, i - 1, H.hex(want:sub(from, i + 8)), H.hex(got:sub(from, i + 8)))
-end
+local function bytes_diff(want, got) return H.bytes_diff(want, got, "Java") end
 
 describe("the codec against kafka-clients " .. cp.KAFKA .. "'s generated message classes", function()
   local r = H.rng(20260224)

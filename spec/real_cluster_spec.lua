@@ -27,12 +27,8 @@ if #versions > 0 then
     teardown(function()
       if restarting then pcall(restarting.wait) end
       if client then client:close() end
-      -- leave every node running for the next spec, also after a failure
-      if k then
-        for i = 1, 3 do
-          if not os.execute(("kill -0 $(cat %s/node%d/pid) 2>/dev/null"):format(k.dir, i)) then pcall(k.restart, k, i) end
-        end
-      end
+      -- every node running for the next spec, also after a failure
+      if k then k:ensure_running() end
     end)
 
     full_it("loses nothing acknowledged while brokers are killed and restarted", function()

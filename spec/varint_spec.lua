@@ -76,16 +76,6 @@ end
 -- producer -1 (as we do); the field is outside the CRC.
 local function as_kafka_python(bytes) return bytes:sub(1, 12) .. "\0\0\0\0" .. bytes:sub(17) end
 
--- nil when equal, else where the two byte strings first differ (in hex, with context)
-local function first_diff(want, got)
-  if want == got then return nil end
-  local i = 1
-  while i <= #want and want:byte(i) == got:byte(i) do i = i + 1 end
-  local from = i > 8 and i - 8 or 1
-  return ("%d bytes from kafka-python, %d ours; first difference at byte %d: theirs ...%s... ours ...%s..."):format(
-    #want, #got, i - 1, H.hex(want:sub(from, i + 8)), H.hex(got:sub(from, i + 8)))
-end
-
 local function same_messages(want, got)
   assert.are.equal(#want, #got)
   for i = 1, #want do
@@ -127,7 +117,7 @@ describe("varints at every width edge", function()
 
   it("proto.encode_records writes kafka-python's bytes exactly", function()
     local ours = proto.encode_records(msgs, { magic = 2, compression = "none" })
-    local d = first_diff(kafka_python(), as_kafka_python(ours))
+    local d = H.bytes_diff(kafka_python(), as_kafka_python(ours), "kafka-python")
     assert(d == nil, d)
   end)
 
@@ -136,7 +126,7 @@ describe("varints at every width edge", function()
     for _, m in ipairs(msgs) do b:append(m.value, m.key, m.headers, m.timestamp) end
     local ours = b:encode { base_offset = 0 }
     b:close()
-    local d = first_diff(kafka_python(), as_kafka_python(ours))
+    local d = H.bytes_diff(kafka_python(), as_kafka_python(ours), "kafka-python")
     assert(d == nil, d)
   end)
 

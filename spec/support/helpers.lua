@@ -214,6 +214,18 @@ end
 
 local function tmpname() return os.tmpname() end
 
+-- bytes_diff(want, got [, theirs]) -> nil when equal, else where the two
+-- byte strings first differ, in hex with some context (theirs: the name of
+-- want's writer, "the peer" by default).
+function _M.bytes_diff(want, got, theirs)
+  if want == got then return nil end
+  local i = 1
+  while i <= #want and want:byte(i) == got:byte(i) do i = i + 1 end
+  local from = i > 8 and i - 8 or 1
+  return ("%d bytes from %s, %d from lua-kafka; first difference at byte %d: theirs ...%s... ours ...%s..."):format(
+    #want, theirs or "the peer", #got, i - 1, _M.hex(want:sub(from, i + 8)), _M.hex(got:sub(from, i + 8)))
+end
+
 -- kp_pack_msgs(msgs) / kp_unpack_msgs(bytes): messages in kp.py's format
 -- (int64 offset, int64 timestamp, int32-prefixed key and value, -1 null,
 -- int32 header count, int32-prefixed header keys and values).

@@ -160,6 +160,14 @@ function _M:restart_bg(node, delay_s)
   return h
 end
 
+-- ensure_running(): every node of the cluster running (a killed one
+-- restarted), for the specs after one that kills nodes, also after its failure
+function _M:ensure_running()
+  for i = 1, self.nodes do
+    if not sh(("kill -0 $(cat %s/node%d/pid) 2>/dev/null"):format(self.dir, i)) then pcall(self.restart, self, i) end
+  end
+end
+
 -- freeze(node, secs) -> a handle: node's JVM stopped with SIGSTOP now and
 -- resumed with SIGCONT secs later by a background shell (on time whatever
 -- the caller is blocked in); h.done() -> true once resumed, h.wait([secs]).
