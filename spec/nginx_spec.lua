@@ -326,6 +326,66 @@ describe("nginx (the OpenResty example, two workers)", function()
     assert_clean_log()
   end)
 
+  -- issue 27: the background sender never stays dead silently. Each case
+  -- runs in one request (one worker), its sender in an nginx timer, over
+  -- kafka.mock in-process (exact faults and request counts).
+  describe("a background sender that cannot go on says so, fails each message with its cause, recovers", function()
+    local function lines(case)
+      local got = {}
+      for l in get("/bgsender?case=" .. case):gmatch("[^\n]+") do got[#got + 1] = l end
+      return got
+    end
+
+    it("CLUSTER_AUTHORIZATION_FAILED on InitProducerId: \"fatal\" in state(), sends refused at once until the "
+      .. "backoff, then a new producer id (an ACL change recovers it without a reload)", function()
+      assert.are.same({
+        "send 1 failed 1 delivered 0 fatal 31",
+        "state fatal CLUSTER_AUTHORIZATION_FAILED fatal 31",
+        "send nil fatal 31",
+        "buffered 0 pid_requests 1",
+        "send 2 failed 1 delivered 0 fatal 31",
+        "state fatal CLUSTER_AUTHORIZATION_FAILED fatal 31",
+        "send nil fatal 31",
+        "send 3 failed 0 delivered 1 nil nil",
+        "state idle nil nil nil",
+        "recoveries 2 pid_requests 3 last_error fatal 31 records 1",
+      }, lines("auth"))
+      assert_clean_log()
+    end)
+
+    it("PRODUCER_FENCED on Produce: \"fatal\" (code \"fenced\"), then a new producer id", function()
+      assert.are.same({
+        "send 1 failed 0 delivered 1 nil nil",
+        "send 2 failed 1 delivered 0 fenced 90",
+        "state fatal PRODUCER_FENCED fenced 90",
+        "send nil fenced 90",
+        "send 3 failed 0 delivered 1 nil nil",
+        "state idle nil nil nil",
+        "new_pid true recoveries 1 pid_requests 2 records 2",
+      }, lines("fenced"))
+      assert_clean_log()
+    end)
+
+    it("a Lua error in the sender's timer: \"crashed\" with the error, restarted; after 3 crashes in a row "
+      .. "its messages fail (code \"crashed\"); the next send() re-arms the timer", function()
+      local n0 = count_of(errlog(), "the sender failed")
+      assert.are.same({
+        "send 1 failed 1 delivered 0 crashed nil",
+        "state crashed injected sender bug crashed nil",
+        "restarts 3 buffered 0 running false",
+        "send 2 failed 0 delivered 1 nil nil",
+        "state idle nil nil nil",
+        "records 1",
+      }, lines("crash"))
+      -- each crash logged, and the give-up: nothing silent
+      assert.are.equal(n0 + 4, count_of(errlog(), "the sender failed"))
+      assert_clean_log { "the sender failed" }
+      -- the later cases read the whole log for [error] lines: these were expected
+      -- (nginx appends, O_APPEND: truncating is safe while it runs)
+      assert(io.open(prefix .. "/logs/error.log", "w")):close()
+    end)
+  end)
+
   it("nginx -s reload in the middle of the load: what the old workers buffered is still delivered", function()
     -- answers take 300 ms: at the reload every old worker has messages in flight
     for b = 1, 3 do m:cmd("rtt " .. b .. " 300") end

@@ -326,9 +326,14 @@ function _M:send(topic, value, o)
   end
   if tst and tst ~= "in_transaction" then
     local e = self.txn_error
-    if e then return nil, e.err, e.code, e.kcode end
-    error(("send: a transactional producer sends inside a transaction: call %s first (state %q)"):format(
-      tst == "uninitialized" and "init_transactions()" or "begin_transaction()", tst), 2)
+    -- a fatal state that allows it (background mode) is left by the first send after its backoff
+    if e and not (e.retry_at and self.client.now() >= e.retry_at and self:_bg_recover()) then
+      return nil, e.err, e.code, e.kcode
+    end
+    if not e then
+      error(("send: a transactional producer sends inside a transaction: call %s first (state %q)"):format(
+        tst == "uninitialized" and "init_transactions()" or "begin_transaction()", tst), 2)
+    end
   end
   if type(topic) ~= "string" or topic == "" then check.fail("send", "topic", "a non-empty string", topic) end
   if value ~= nil and type(value) ~= "string" then check.fail("send", "value", "a string or nil", value) end
@@ -469,7 +474,12 @@ function _M:_done(tp, batch, base_offset, err, code, kcode)
   if batch.state == "open" then sync(batch) end -- (failed before it was sent)
   batch.state = "done"
   local count = batch.count
-  if not err then self.delivered = self.delivered + count else self.nfailed = self.nfailed + count end
+  if not err then
+    self.delivered = self.delivered + count
+    self.fatal_attempts = nil -- a fatal cause recovered from: the next one backs off from the start
+  else
+    self.nfailed = self.nfailed + count
+  end
   acc_release(self.acc, count, batch.size)
   if batch.b then batch.b:close() end
   if not err and self.only_errors and not self.on_delivery then return end -- counted, not reported
@@ -1349,12 +1359,27 @@ function _M:_kafka_error(what, ec)
   return msg, "kafka", ec, false
 end
 
--- Enters "abortable_error" or "fatal_error" (a fatal state is never left;
+local FATAL_RETRY_MAX_MS = 60000
+
+-- Enters "abortable_error" or "fatal_error" (a fatal state is never left,
+-- but by an idempotent producer in background mode: _bg_recover;
 -- an abortable one only for a fatal one).
 function _M:_txn_error(state, err, code, kcode)
   if state == "fatal_error" then
     if self.txn_state ~= "fatal_error" then
       self.txn_state, self.txn_error = "fatal_error", { err = err, code = code, kcode = kcode }
+      if self.bg and not self.transactional_id then
+        -- in nginx nothing can make a new producer for the worker: the
+        -- first send after retry_backoff_max_ms (doubling per failure in a
+        -- row, up to FATAL_RETRY_MAX_MS) asks for a new producer id, so a
+        -- fenced id, an ACL or a broker upgrade is recovered from without
+        -- a reload
+        local n = (self.fatal_attempts or 0) + 1
+        self.fatal_attempts = n
+        self.txn_error.retry_at = self.client.now()
+          + math.min(self.retry_backoff_max_ms * 2 ^ (n - 1), FATAL_RETRY_MAX_MS)
+      end
+      if self.bg then self.last_error = { state = "fatal", err = err, code = code, kcode = kcode } end
     end
     return
   end
@@ -1775,8 +1800,15 @@ function _M:close(timeout_ms)
   return reports, failed, delivered, cb_errors
 end
 
--- state() -> the sender's state (background mode) or "sync"
+-- state() -> the sender's state (background mode) or "sync", then err,
+-- code, kcode when it cannot go on: "fatal" (every send fails with them
+-- until a recovery, README) or "crashed" (the Lua error; code "crashed").
 function _M:state()
+  local e = self.txn_error
+  if self.txn_state == "fatal_error" and self.sender_state ~= "sync" then
+    return "fatal", e.err, e.code, e.kcode
+  end
+  if self.sender_state == "crashed" then return "crashed", self.crash_err, "crashed" end
   return self.sender_state
 end
 
@@ -1795,7 +1827,8 @@ function _M:stats()
     background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
     reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version,
     previous_transaction = self.txn_settled, settle_waits = self.settle_waits or 0,
-    fast_sends = select(4, acc_counts(self.acc)) }
+    fast_sends = select(4, acc_counts(self.acc)), recoveries = self.recoveries or 0,
+    last_error = self.last_error }
 end
 
 -- partition_states() -> {{topic=, partition=, next_seq=, batches =
@@ -1827,6 +1860,7 @@ local BG_PTIME = 2 ^ 53 -- so the accumulator's send() never asks them itself
 local IDLE_S = 1        -- an idle sender looks at the worker's state this often
 local IDLE_EXIT_MS = 30000 -- and ends after this long idle (the next send starts it again)
 local SLICE_MS = 20     -- waiting on answers, the sender looks at new work this often
+local CRASHES_GIVE_UP = 3 -- crashes in a row, nothing settled between them, before the messages fail
 
 local semaphore
 local live = setmetatable({}, { __mode = "k" }) -- background producers of this worker
@@ -1885,6 +1919,17 @@ function _M:_bg_start(delay)
   self.running = true
   self.sender_state = "starting"
   watch_exit()
+  return true
+end
+
+-- Leaves the fatal state of an idempotent producer in background mode
+-- once its backoff is over (send): the next send round asks for a new
+-- producer id; a cause still there fails the message and comes back.
+function _M:_bg_recover()
+  self.txn_state, self.txn_error = nil, nil
+  self.producer_id, self.producer_epoch, self.need_bump = -1, -1, false
+  self.pid_attempts, self.pid_retry_at, self.pid_err = 0, nil, nil
+  self.recoveries = (self.recoveries or 0) + 1
   return true
 end
 
@@ -2042,17 +2087,19 @@ function _M:_bg_notify()
   end
 end
 
--- At the exit deadline: everything not delivered is reported failed.
-function _M:_bg_give_up(why)
+-- At the exit deadline (or after CRASHES_GIVE_UP crashes): everything not
+-- delivered is reported failed, with code (default "timeout").
+function _M:_bg_give_up(why, code)
+  code = code or "timeout"
   local n = nbuf_of(self)
   self:_abandon(why)
   for _, t in pairs(self.topics) do
     for _, tp in ipairs(t.order) do
-      while tp.queue[1] do self:_fail(tp, tp.queue[1], why .. " before the message was sent", "timeout") end
+      while tp.queue[1] do self:_fail(tp, tp.queue[1], why .. " before the message was sent", code) end
     end
   end
   for topic, pq in pairs(self.pending) do
-    for _, e in ipairs(pq) do self:_bg_fail_pending(topic, e, why .. " before the message was sent", "timeout") end
+    for _, e in ipairs(pq) do self:_bg_fail_pending(topic, e, why .. " before the message was sent", code) end
   end
   self.pending = {}
   return n
@@ -2137,16 +2184,41 @@ bg_timer = function(premature, self)
   local ok, err = xpcall(self._bg_loop, traceback, self)
   self.running = false
   self.sleeping = false
-  if ok then return end
-  ngx.log(ngx.ERR, "kafka producer: the sender failed: ", tostring(err))
-  self.sender_state = "crashed"
+  if ok then
+    self.crash_streak = 0
+    return
+  end
+  err = tostring(err)
+  ngx.log(ngx.ERR, "kafka producer: the sender failed: ", err)
+  self.sender_state, self.crash_err = "crashed", err
+  self.last_error = { state = "crashed", err = err, code = "crashed" }
   self.restarts = self.restarts + 1
   -- requests in flight went with the timer's connections: sent again
   for _, s in ipairs(self.in_flight) do
     for _, it in ipairs(s.req.items) do it.batch.state = "sealed" end
   end
   self.in_flight = {}
-  if nbuf_of(self) > 0 or self.waiters[1] then self:_bg_start(exiting() and 0 or 1) end
+  -- a sender that fails again and again with nothing settled meanwhile
+  -- would hold its messages until the buffer is full: they fail instead
+  local settled = seq_of(self) - nbuf_of(self)
+  self.crash_streak = settled == self.crash_settled and (self.crash_streak or 0) + 1 or 1
+  self.crash_settled = settled
+  if self.crash_streak >= CRASHES_GIVE_UP and nbuf_of(self) > 0 then
+    local n = nbuf_of(self)
+    local gok, gerr = pcall(self._bg_give_up, self, ("the sender failed %d times in a row (%s)"):format(
+      self.crash_streak, err), "crashed")
+    ngx.log(ngx.ERR, ("kafka producer: the sender failed %d times in a row: %d messages reported failed%s")
+      :format(self.crash_streak, n, gok and "" or (": " .. tostring(gerr))))
+    self.crash_settled = seq_of(self) - nbuf_of(self)
+    self:_bg_notify()
+  end
+  if nbuf_of(self) > 0 or self.waiters[1] then
+    local rok, rerr = self:_bg_start(exiting() and 0 or 1)
+    if not rok then
+      ngx.log(ngx.ERR, "kafka producer: ", rerr, ": the next send() or flush() starts it")
+      self.sender_state = "crashed"
+    end
+  end
 end
 
 -- Where flush() may wait: not in phases that cannot yield.
