@@ -12,7 +12,9 @@
 -- kcat, an independent reader), no per-key reordering, the producer never
 -- fatal, the group consumer reads every acknowledged message and its
 -- committed offsets never go back. The figures are printed.
--- Runs with SPEC_CHAOS=1 only (make chaos): about three minutes.
+-- A second case runs the same schedule under a transactional
+-- consume-transform-produce loop: every input exactly once in the output.
+-- Runs with SPEC_CHAOS=1 only (make chaos): about four minutes.
 local rk = require "support.realkafka"
 local rt = require "support.realtools"
 local kafka = require "kafka"
@@ -32,10 +34,16 @@ describe("chaos on a 3-node Kafka cluster", function()
   local k, pclient, cclient
   local frozen, restarting -- a fault a failed case may leave applied
 
-  setup(function()
-    k = rk.cluster(version, 3)
+  -- each case its own clients (the last one's connections end with its faults)
+  local function fresh_clients()
+    if pclient then pclient:close() end
+    if cclient then cclient:close() end
     pclient = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "chaos-producer" }
     cclient = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "chaos-consumer" }
+  end
+
+  setup(function()
+    k = rk.cluster(version, 3)
   end)
 
   teardown(function()
@@ -46,6 +54,55 @@ describe("chaos on a 3-node Kafka cluster", function()
     -- every node running for the next spec, also after a failure
     if k then k:ensure_running() end
   end)
+
+  -- The fault schedule, driven between rounds of `round` (which must not
+  -- block past a fault: each fault ends on time in a background shell, a
+  -- SIGCONT or a restart, whatever the round waits for): each twice, one
+  -- node at a time, 3 s of traffic between them. Returns the counts by kind
+  -- and a line per fault.
+  local function schedule(round, topic, active)
+    local faults, log = {}, {}
+    local function traffic(secs)
+      local stop = now() + secs
+      while now() < stop do round() end
+    end
+    local function fault(kind, node, h)
+      local t0 = now()
+      if kind == "frozen" then frozen = h end
+      while not h.done() and now() - t0 < 300 do round() end
+      h.wait(1)
+      frozen = nil
+      faults[kind] = (faults[kind] or 0) + 1
+      log[#log + 1] = ("%s node %d (back after %.1f s)"):format(kind, node, now() - t0)
+      traffic(3)
+    end
+    local function kill_restart(kind, node)
+      k:kill(node)
+      restarting = k:restart_bg(node, 5)
+      fault(kind, node, restarting)
+      restarting = nil
+    end
+    traffic(3)
+    for _ = 1, 2 do
+      pclient:invalidate(topic)
+      kill_restart("leader killed", assert(pclient:leader(topic, 0)))
+      pclient:invalidate(topic)
+      local node = assert(pclient:leader(topic, 1))
+      fault("frozen", node, k:freeze(node, 5))
+      kill_restart("controller killed", active())
+    end
+    return faults, log
+  end
+
+  -- kcat's read of topic from the start: lines "partition offset key value"
+  local function kcat_read(topic, committed_only)
+    local f = assert(io.popen(("timeout -k 5 120 kcat -C -b %s -t %s %s -o beginning -e -q -f '%%p %%o %%k %%s\\n' 2>&1")
+      :format(k.bootstrap.PLAINTEXT, topic, committed_only and "-X isolation.level=read_committed" or "")))
+    local out = {}
+    for line in f:lines() do out[#out + 1] = line end
+    f:close()
+    return out
+  end
 
   -- the active controller: the leader of the metadata log (DescribeQuorum)
   local function active_controller()
@@ -58,6 +115,7 @@ describe("chaos on a 3-node Kafka cluster", function()
 
   it("a default producer and a group consumer through six faults: nothing lost, duplicated, reordered or fatal",
     function()
+    fresh_clients()
     local topic = rt.uniq("chaos")
     local P, KEYS = 6, 60
     rt.create_topic(pclient, topic, P, 3, { ["min.insync.replicas"] = 2 })
@@ -108,42 +166,8 @@ describe("chaos on a 3-node Kafka cluster", function()
       settle(p:flush())
       consume(100)
     end
-    local function traffic(secs)
-      local stop = now() + secs
-      while now() < stop do round() end
-    end
-
-    -- the schedule: each fault starts between rounds and ends on time in a
-    -- background shell (a SIGCONT, a restart), whatever the producer's
-    -- flush is waiting for; the next starts 3 s after the node is back
-    local faults, log = {}, {}
-    local function fault(kind, node, h)
-      local t0 = now()
-      if kind == "frozen" then frozen = h end
-      while not h.done() and now() - t0 < 300 do round() end
-      h.wait(1)
-      frozen = nil
-      faults[kind] = (faults[kind] or 0) + 1
-      log[#log + 1] = ("%s node %d (back after %.1f s)"):format(kind, node, now() - t0)
-      traffic(3)
-    end
-    local function kill_restart(kind, node)
-      k:kill(node)
-      restarting = k:restart_bg(node, 5)
-      fault(kind, node, restarting)
-      restarting = nil
-    end
-
     local start = now()
-    traffic(3)
-    for _ = 1, 2 do
-      pclient:invalidate(topic)
-      kill_restart("leader killed", assert(pclient:leader(topic, 0)))
-      pclient:invalidate(topic)
-      local node = assert(pclient:leader(topic, 1))
-      fault("frozen", node, k:freeze(node, 5))
-      kill_restart("controller killed", active_controller())
-    end
+    local faults, log = schedule(round, topic, active_controller)
     local faults_end = now()
     -- after the last fault: everything acknowledged, the group caught up
     settle(p:flush(120000))
@@ -159,11 +183,9 @@ describe("chaos on a 3-node Kafka cluster", function()
 
     -- kcat reads the whole log: each acknowledged message once, where its
     -- report said, ids rising per key
-    local f = assert(io.popen(("timeout -k 5 120 kcat -C -b %s -t %s -o beginning -e -q -f '%%p %%o %%k %%s\\n' 2>&1")
-      :format(k.bootstrap.PLAINTEXT, topic)))
     local in_log, lost, dups, reordered, misplaced = {}, 0, 0, 0, 0
     local by_part = {}
-    for line in f:lines() do
+    for _, line in ipairs(kcat_read(topic)) do
       local part, off, key, id = line:match("^(%d+) (%d+) (%S+) m(%d+)$")
       if part then
         part, off, id = tonumber(part), tonumber(off), tonumber(id)
@@ -175,7 +197,6 @@ describe("chaos on a 3-node Kafka cluster", function()
         if r and (r.partition ~= part or r.offset ~= off) then misplaced = misplaced + 1 end
       end
     end
-    f:close()
     for id in pairs(acked) do if not in_log[id] then lost = lost + 1 end end
     for _, l in pairs(by_part) do
       table.sort(l, function(a, b) return a[1] < b[1] end)
@@ -201,6 +222,111 @@ describe("chaos on a 3-node Kafka cluster", function()
         went_back = went_back })
     assert.are.same({ 2, 2, 2 }, { faults["leader killed"], faults.frozen, faults["controller killed"] })
     p:close()
+    c:close()
+  end)
+
+  -- The same schedule under an exactly-once loop: a feeder (a default
+  -- producer) writes the input, a read_committed group member consumes it,
+  -- and a transactional producer writes each input to the output with the
+  -- input's offsets in the same transaction (send_offsets_to_transaction).
+  -- A transaction refused (abortable) is aborted and its input read again
+  -- from the committed offsets. Checked exactly: every acknowledged input is
+  -- in the committed output once (kcat with isolation.level=read_committed),
+  -- nothing else is, the producer never fatal or fenced.
+  it("a transactional consume-transform-produce loop through six faults: every input exactly once in the output",
+    function()
+    fresh_clients()
+    local P = 6
+    local input, output = rt.uniq("chaos-in"), rt.uniq("chaos-out")
+    rt.create_topic(pclient, input, P, 3, { ["min.insync.replicas"] = 2 })
+    rt.create_topic(pclient, output, P, 3, { ["min.insync.replicas"] = 2 })
+    local feeder = kafka.producer.new(pclient, {})
+    local gid = rt.uniq("chaos-eos")
+    local c = kafka.consumer.new(cclient, { group_id = gid, auto_offset_reset = "earliest",
+      isolation_level = "read_committed", enable_auto_commit = false })
+    assert(c:subscribe { input })
+    local tp = kafka.producer.new(cclient, { transactional_id = rt.uniq("chaos-txn") })
+    assert(tp:init_transactions())
+
+    local fed, acked, n_acked, n_failed, first_err = 0, {}, 0, 0, nil
+    local commits, aborts, retried_commits, poll_errors = 0, 0, 0, 0
+    local function transform(msgs)
+      local ok, err, code = tp:begin_transaction()
+      local last = {}
+      for _, m in ipairs(msgs) do
+        if ok then ok, err, code = tp:send(output, "out-" .. m.value, { key = m.key }) end
+        last[m.partition] = m.offset
+      end
+      if ok then
+        local offs = {}
+        for part, off in pairs(last) do offs[#offs + 1] = { topic = input, partition = part, offset = off + 1 } end
+        ok, err, code = tp:send_offsets_to_transaction(offs, c:group_metadata())
+      end
+      if ok then ok, err, code = tp:commit_transaction() end
+      -- a commit that gave up on a retriable error is called again
+      while not ok and tp:transaction_state() == "committing" and retried_commits < 100 do
+        retried_commits = retried_commits + 1
+        ok, err, code = tp:commit_transaction()
+      end
+      if ok then
+        commits = commits + 1
+        tp:flush()
+        return
+      end
+      if code == "fenced" or code == "fatal" then error(("the transactional producer is %s: %s"):format(code, err)) end
+      aborts = aborts + 1
+      ok, err = tp:abort_transaction()
+      while not ok and tp:transaction_state() == "aborting" and aborts < 1000 do ok, err = tp:abort_transaction() end
+      assert(ok, err)
+      tp:flush()
+      for _, a in ipairs(c:assignment()) do c:seek(a.topic, a.partition, "committed") end
+    end
+    local function round()
+      for _ = 1, 50 do
+        fed = assert(feeder:send(input, "m" .. (fed + 1), { key = "key" .. (fed % 60) }))
+      end
+      for _, r in ipairs(feeder:flush()) do
+        if r.err then n_failed, first_err = n_failed + 1, first_err or r.err else acked[r.id] = true; n_acked = n_acked + 1 end
+      end
+      local msgs = c:poll(100)
+      if not msgs then poll_errors = poll_errors + 1 elseif #msgs > 0 then transform(msgs) end
+    end
+    local start = now()
+    local faults, log = schedule(round, input, active_controller)
+    -- after the last fault: the loop drains the input
+    local function output_ids()
+      local ids, dups, extra = {}, 0, 0
+      for _, line in ipairs(kcat_read(output, true)) do
+        local id = tonumber(line:match(" out%-m(%d+)$"))
+        if id then
+          if ids[id] then dups = dups + 1 else ids[id] = true end
+          if not acked[id] then extra = extra + 1 end
+        end
+      end
+      return ids, dups, extra
+    end
+    local deadline = now() + 120
+    local committed_to
+    repeat
+      local msgs = c:poll(200)
+      if not msgs then poll_errors = poll_errors + 1 elseif #msgs > 0 then transform(msgs) end
+      committed_to = 0
+      for _, o in ipairs(assert(c:committed())) do committed_to = committed_to + math.max(o.offset, 0) end
+    until committed_to >= n_acked or now() > deadline
+    local ids, dups, extra = output_ids()
+    local missing = 0
+    for id in pairs(acked) do if not ids[id] then missing = missing + 1 end end
+    print(("\n  chaos, exactly once (Kafka %s): %d inputs fed, %d acknowledged, %d failed; %d transactions committed, "
+      .. "%d aborted, %d commits called again, %d poll errors; output: %d missing, %d twice, %d not fed; "
+      .. "faults: %d leader kills, %d freezes, %d controller kills; %.0f s in all\n  %s"):format(version, fed, n_acked,
+      n_failed, commits, aborts, retried_commits, poll_errors, missing, dups, extra, faults["leader killed"] or 0,
+      faults.frozen or 0, faults["controller killed"] or 0, now() - start, table.concat(log, "; ")))
+    assert.are.same({ 0, nil }, { n_failed, first_err })
+    assert.are.equal(fed, n_acked)
+    assert.are.same({ missing = 0, dups = 0, extra = 0 }, { missing = missing, dups = dups, extra = extra })
+    assert.are.same({ 2, 2, 2 }, { faults["leader killed"], faults.frozen, faults["controller killed"] })
+    tp:close()
+    feeder:close()
     c:close()
   end)
 end)
