@@ -109,8 +109,10 @@ end
 
 local function line()
   local s = producer:stats()
-  return ("pid=%d state=%s buffered=%d in_flight=%d transport=%s background=%s"):format(ngx.worker.pid(), s.state,
-    s.buffered, s.in_flight, tostring(s.transport), tostring(s.background))
+  -- a sender that cannot go on says why ("fatal" / "crashed": README, OpenResty)
+  return ("pid=%d state=%s buffered=%d in_flight=%d transport=%s background=%s%s"):format(ngx.worker.pid(), s.state,
+    s.buffered, s.in_flight, tostring(s.transport), tostring(s.background),
+    s.code and (" code=%s err=%s"):format(s.code, tostring(s.err):match("[^\n]*")) or "")
 end
 
 function _M.publish(premature)

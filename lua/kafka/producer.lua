@@ -1819,11 +1819,15 @@ function _M:transport()
   return self.client:transport()
 end
 
--- stats() -> {state, buffered, bytes, in_flight, background, transport, restarts, reports_dropped,
+-- stats() -> {state, err, code, kcode (as state() returns them), buffered, bytes, in_flight, background,
+-- transport, restarts, reports_dropped,
 -- transaction_version (1 or 2 once init_transactions() succeeded, else nil), previous_transaction,
--- settle_waits, fast_sends (sends that took the C path, csrc/lua_producer.c)}
+-- settle_waits, fast_sends (sends that took the C path, csrc/lua_producer.c), recoveries (fatal
+-- states left, background mode), last_error ({state, err, code, kcode}: the last fatal or crash)}
 function _M:stats()
-  return { state = self.sender_state, buffered = nbuf_of(self), bytes = nbytes_of(self), in_flight = #self.in_flight,
+  local st, err, code, kcode = self:state()
+  return { state = st, err = err, code = code, kcode = kcode, buffered = nbuf_of(self), bytes = nbytes_of(self),
+    in_flight = #self.in_flight,
     background = self.bg, transport = (self.client:transport()), restarts = self.restarts or 0,
     reports_dropped = self.reports_dropped or 0, transaction_version = self.txn_version,
     previous_transaction = self.txn_settled, settle_waits = self.settle_waits or 0,
