@@ -336,8 +336,8 @@ describe("nginx (the OpenResty example, two workers)", function()
       return got
     end
 
-    it("CLUSTER_AUTHORIZATION_FAILED on InitProducerId: \"fatal\" in state(), sends refused at once until the "
-      .. "backoff, then a new producer id (an ACL change recovers it without a reload)", function()
+    it("CLUSTER_AUTHORIZATION_FAILED on InitProducerId, then on Produce: \"fatal\" in state(), sends refused at "
+      .. "once until the backoff, then a new producer id (an ACL change recovers it without a reload)", function()
       assert.are.same({
         "send 1 failed 1 delivered 0 fatal 31",
         "state fatal CLUSTER_AUTHORIZATION_FAILED fatal 31",
@@ -348,7 +348,10 @@ describe("nginx (the OpenResty example, two workers)", function()
         "send nil fatal 31",
         "send 3 failed 0 delivered 1 nil nil",
         "state idle nil nil nil",
-        "recoveries 2 pid_requests 3 last_error fatal 31 records 1",
+        "send 4 failed 1 delivered 0 fatal 31",
+        "state fatal CLUSTER_AUTHORIZATION_FAILED fatal 31",
+        "send 5 failed 0 delivered 1 nil nil",
+        "recoveries 3 pid_requests 4 last_error fatal 31 records 2",
       }, lines("auth"))
       assert_clean_log()
     end)
@@ -363,6 +366,22 @@ describe("nginx (the OpenResty example, two workers)", function()
         "state idle nil nil nil",
         "new_pid true recoveries 1 pid_requests 2 records 2",
       }, lines("fenced"))
+      assert_clean_log()
+    end)
+
+    it("the same over cosockets (librdkafka's mock refuses one InitProducerId): fatal, refused, recovered", function()
+      m:cmd("err 22 31 1")
+      local ok, got = pcall(lines, ("cosocket&brokers=%s&topic=shared"):format(m.bootstrap))
+      m:cmd("clear 22")
+      assert(ok, got)
+      assert.are.same({
+        "send 1 failed 1 delivered 0 fatal 31",
+        "state fatal CLUSTER_AUTHORIZATION_FAILED fatal 31",
+        "send nil fatal 31",
+        "send 2 failed 0 delivered 1 nil nil",
+        "state idle nil nil nil",
+        "transport cosocket recoveries 1",
+      }, got)
       assert_clean_log()
     end)
 
