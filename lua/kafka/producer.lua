@@ -2217,11 +2217,10 @@ bg_timer = function(premature, self)
     self:_bg_notify()
   end
   if nbuf_of(self) > 0 or self.waiters[1] then
+    -- "crashed" (with the error) stays in state() until the restarted sender runs
     local rok, rerr = self:_bg_start(exiting() and 0 or 1)
-    if not rok then
-      ngx.log(ngx.ERR, "kafka producer: ", rerr, ": the next send() or flush() starts it")
-      self.sender_state = "crashed"
-    end
+    if not rok then ngx.log(ngx.ERR, "kafka producer: ", rerr, ": the next send() or flush() starts it") end
+    self.sender_state = "crashed"
   end
 end
 
