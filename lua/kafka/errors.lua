@@ -179,6 +179,7 @@ _M.codes = {
   -- producer and consumer
   too_large = "a message larger than max_message_bytes",
   buffer_full = "the producer's buffer is full (flush_on_full = false, or in nginx)",
+  crashed = "the background sender failed again and again (a bug, logged): its buffered messages fail",
   invalid = "an argument the operation cannot use now (a partition not assigned, 'committed' without a group_id)",
   offset_out_of_range = "the position is outside the log and auto_offset_reset is \"error\"",
   no_offset = "no committed offset to start from",
