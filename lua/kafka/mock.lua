@@ -557,6 +557,13 @@ function _M:_serve(conn, frame)
   end
 end
 
+-- The answer the connection may send next (by now, when given), if any:
+-- none while its broker is frozen
+function Conn:_due(now)
+  local item = self.outq[1]
+  if item and (item.frame or item.close) and not self.broker.frozen and (not now or item.at <= now) then return item end
+end
+
 function Conn:_push(item)
   self.outq[#self.outq + 1] = item
 end
@@ -1169,8 +1176,8 @@ function _M:_next_deadline()
   end
   for _, pk in ipairs(self.parked) do if not t or pk.deadline < t then t = pk.deadline end end
   for c in pairs(self.conns) do
-    local item = c.outq[1]
-    if item and (item.frame or item.close) and not c.broker.frozen and (not t or item.at < t) then t = item.at end
+    local item = c:_due()
+    if item and (not t or item.at < t) then t = item.at end
   end
   return t
 end
@@ -1225,13 +1232,13 @@ function S:receive(n)
     end
     local now = cl.now()
     cl:tick(now)
-    local item = c.outq[1]
+    local item = c:_due(now)
     local function rest()
       local r = self.rbuf:sub(self.rpos)
       self.rbuf, self.rpos = "", 1
       return r
     end
-    if item and (item.frame or item.close) and item.at <= now and not c.broker.frozen then
+    if item then
       table.remove(c.outq, 1)
       if item.close then
         c:close()
@@ -1322,7 +1329,7 @@ end
 function Conn:_tcp_write(now)
   local q = self.outq
   self.wq = self.wq or {}
-  while q[1] and (q[1].frame or q[1].close) and q[1].at <= now and not self.broker.frozen do
+  while self:_due(now) do
     local item = table.remove(q, 1)
     if item.close then
       self.close_pending = true
@@ -1370,9 +1377,7 @@ function _M:step(timeout)
       tcp[#tcp + 1] = c
       rd[#rd + 1] = c.sock
       if c.wq and c.wq[1] then wr[#wr + 1] = c.sock end
-      if c.outq[1] and (c.outq[1].frame or c.outq[1].close) and c.outq[1].at <= now and not c.broker.frozen then
-        wr[#wr + 1] = c.sock
-      end
+      if c:_due(now) then wr[#wr + 1] = c.sock end
     end
   end
   local wait = timeout or 0

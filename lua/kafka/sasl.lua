@@ -163,9 +163,11 @@ function scram:start()
   return "n,," .. self.first_bare
 end
 
+-- RFC 5802 5.1: an "m=" attribute must fail the exchange
+local MEXT = "the server sent a mandatory extension (m=), which SCRAM does not define"
+
 -- A SCRAM message's attributes: comma-separated "k=value" parts, the first
 -- of each name kept (a value may hold "=", as base64 padding does).
-local MEXT = "the server sent a mandatory extension (m=), which SCRAM does not define"
 local function attrs(msg)
   local t = {}
   for part in (msg .. ","):gmatch("([^,]*),") do
