@@ -31,7 +31,7 @@ build = {
   modules = {
     ["kafka.core"] = {
       sources = { "csrc/buf.c", "csrc/crc.c", "csrc/compress.c", "csrc/records.c", "csrc/schema.c",
-                  "csrc/apis.c", "csrc/crypto.c", "csrc/lua_kafka.c", "csrc/lua_schema.c",
+                  "csrc/apis.c", "csrc/crypto.c", "csrc/lua_kafka.c", "csrc/lua_glue.c", "csrc/lua_schema.c",
                   "csrc/lua_records.c", "csrc/lua_crypto.c", "csrc/lua_producer.c", "csrc/lua_bytes.c" },
       defines = { "_GNU_SOURCE" },
       incdirs = { "csrc", "$(ZLIB_INCDIR)", "$(SNAPPY_INCDIR)", "$(LZ4_INCDIR)", "$(ZSTD_INCDIR)", "$(OPENSSL_INCDIR)" },
@@ -44,6 +44,7 @@ build = {
     ["kafka.check"] = "lua/kafka/check.lua",
     ["kafka.socket"] = "lua/kafka/socket.lua",
     ["kafka.sasl"] = "lua/kafka/sasl.lua",
+    ["kafka.read_committed"] = "lua/kafka/read_committed.lua",
     ["kafka.txn"] = "lua/kafka/txn.lua",
     ["kafka.fetcher"] = "lua/kafka/fetcher.lua",
     ["kafka.offsets"] = "lua/kafka/offsets.lua",

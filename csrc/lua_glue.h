@@ -1,7 +1,9 @@
 /*
  * lua_glue.h - private to the Lua binding's files, never installed:
- *   lua_kafka.c    registration (luaopen_kafka_core), the box and the error
- *                  contract, option readers, hashes and compression;
+ *   lua_kafka.c    registration (luaopen_kafka_core, which calls each
+ *                  file's opener), hashes and compression;
+ *   lua_glue.c     what every glue file calls back: the box, the error
+ *                  contract, option readers, codec names;
  *   lua_schema.c   the schema visitors over Lua tables: frames, data
  *                  structures, introspection;
  *   lua_records.c  the builder userdata, headers, row and column record
@@ -32,6 +34,10 @@ typedef struct box {
   int live;
 } box;
 
+/* lua_glue.c */
+
+/* Registers the box's metatable; luaopen_kafka_core calls it first. */
+void kfl_open_glue(lua_State *L);
 /* Pushes a new box; it stays on the stack for the duration of the call. */
 box *kfl_box_new(lua_State *L);
 /* Frees a box's buffers once the call's results are pushed. Returns nret. */

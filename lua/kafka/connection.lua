@@ -26,7 +26,8 @@ local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
 local sasl = require "kafka.sasl"
 
-local math, table = math, table
+local errors = proto.errors
+local math, string, table = math, string, table
 local setmetatable, tostring, tonumber, type, pairs, ipairs = setmetatable, tostring, tonumber, type, pairs, ipairs
 
 -- Big-endian int32 at byte i (no string.unpack on LuaJIT).
@@ -476,7 +477,7 @@ function _M:send(api, version, body, opts)
     if not ok then return nil, err, code end
   end
   if self.reauth_at then -- KIP-368: re-authenticate before the session ends
-    local ok, err, code = sasl.maybe_reauthenticate(self)
+    local ok, err, code = self:_maybe_reauthenticate()
     if not ok then return nil, err, code end
   end
   return self:_send_raw(api, version, body, opts, deadline)
@@ -485,15 +486,162 @@ end
 -- in_flight() -> the number of requests whose answers are awaited
 function _M:in_flight() return self.last - self.first + 1 end
 
--- After versions are known: SASL (kafka.sasl) when the security settings
--- ask for it; a failure closes the connection.
+---------------------------------------------------------------- SASL
+
+local HANDSHAKE, AUTHENTICATE = proto.api.SaslHandshake, proto.api.SaslAuthenticate
+
+local function auth_fail(conn, msg)
+  conn:close(msg)
+  return nil, msg, "auth"
+end
+
+-- Legacy framing (SaslHandshake v0 without SaslAuthenticate, Kafka 0.10.0-0.10.x
+-- and pre-0.10 brokers): raw size-prefixed tokens on the socket.
+function _M:_sasl_raw_round(bytes)
+  local sock = self.sock
+  local n = #bytes
+  local head = string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256, math.floor(n / 256) % 256, n % 256)
+  sock:settimeout(self.request_timeout_ms)
+  local ok, err = sock:send(head .. bytes)
+  if not ok then return nil, "send failed: " .. tostring(err) end
+  local h
+  h, err = sock:receive(4)
+  if not h then return nil, "receive failed: " .. tostring(err) .. " (a refused authentication closes the connection)" end
+  local total = proto.frame_length(h)
+  local len = (total or 0) - 4
+  if not total or len < 0 or len > 1048576 then return nil, "bad SASL token size" end
+  if len == 0 then return "" end
+  return sock:receive(len)
+end
+
+-- One SASL exchange with the broker (the mechanism from kafka.sasl).
+-- reauth: a KIP-368 re-authentication on a connection that may have
+-- requests in flight (their responses are read ahead and kept by receive).
+function _M:_sasl_exchange(reauth)
+  local sec = self.security
+  local s = sec.sasl
+  local mech_name = s.mechanism
+  local who = ("%s: SASL %s"):format(self:name(), mech_name)
+  local hv, err = self:version(HANDSHAKE)
+  if not hv then
+    if self.broker_versions == false then hv = 0 else return auth_fail(self, who .. ": " .. tostring(err)) end
+  end
+  local av = self.broker_versions and self.broker_versions[AUTHENTICATE] and self:version(AUTHENTICATE)
+  if hv < 1 then av = nil end -- v0 handshake: raw tokens follow
+  if reauth and not av then return true end -- KIP-368 needs SaslAuthenticate v1+
+  local mech
+  mech, err = sasl.start(s, sec.now)
+  if not mech then return auth_fail(self, who .. ": " .. tostring(err)) end
+
+  local corr, code
+  corr, err, code = self:send(HANDSHAKE, hv, { mechanism = mech_name })
+  if not corr then return nil, who .. ": " .. tostring(err), code end
+  local resp
+  resp, err, code = self:receive(corr)
+  if not resp then return nil, who .. ": SaslHandshake: " .. tostring(err), code end
+  if resp.error_code ~= 0 then
+    local e = errors.info(resp.error_code)
+    return auth_fail(self, ("%s: the broker refused the mechanism: %s (enabled: %s)"):format(who, e.name,
+      table.concat(resp.mechanisms or {}, ", ")))
+  end
+
+  local msg = mech:start()
+  local lifetime
+  while true do
+    local server
+    if av then
+      corr, err, code = self:send(AUTHENTICATE, av, { auth_bytes = msg })
+      if not corr then return nil, who .. ": " .. tostring(err), code end
+      resp, err, code = self:receive(corr)
+      if not resp then return nil, who .. ": SaslAuthenticate: " .. tostring(err), code end
+      if resp.error_code ~= 0 then
+        local e = errors.info(resp.error_code)
+        return auth_fail(self, ("%s authentication failed: %s (%s)"):format(who,
+          tostring(resp.error_message or e.message), e.name))
+      end
+      server = resp.auth_bytes or ""
+      if resp.session_lifetime_ms and resp.session_lifetime_ms > 0 then lifetime = resp.session_lifetime_ms end
+    else
+      server, err = self:_sasl_raw_round(msg)
+      if not server then return auth_fail(self, ("%s authentication failed: %s"):format(who, tostring(err))) end
+    end
+    local nxt
+    nxt, err = mech:step(server)
+    if nxt == true then break end
+    if not nxt then return auth_fail(self, ("%s authentication failed: %s"):format(who, tostring(err))) end
+    msg = nxt
+  end
+  self.sasl_authenticated = (self.sasl_authenticated or 0) + 1
+  if lifetime then
+    -- re-authenticate at 85-95% of the session, as Kafka's Java client does
+    local t = sec.now()
+    self.reauth_at = t + lifetime * (0.85 + 0.1 * math.random())
+    self.session_end = t + lifetime
+    self.session_lifetime_ms = lifetime
+  else
+    self.reauth_at = nil
+  end
+  return true
+end
+
+-- After versions are known on a new connection (nothing in flight): SASL
+-- when the security settings ask for it; a failure closes the connection.
 function _M:_authenticate()
-  local ok, err, code = sasl.authenticate(self)
+  local sec = self.security
+  if not sec or not sec.sasl then return true end
+  self._sasl_busy = true
+  self.reauth_started = nil -- a new connection: no re-authentication yet
+  local ok, err, code = self:_sasl_exchange(false)
+  self._sasl_busy = false
   if not ok then
     self:close(err)
     return nil, err, code
   end
   return true
+end
+
+-- The broker refuses a re-authentication that starts within a second of
+-- the last one on a connection (KafkaChannel: ILLEGAL_SASL_STATE), so a
+-- session shorter than that (a token or connections.max.reauth.ms under
+-- about 1.2 s) is replaced by a new connection instead; the margin covers
+-- the network's jitter between our clock and the broker's receipt.
+local MIN_REAUTH_INTERVAL_MS = 1100
+
+-- Re-authenticates once the session is past its re-authentication time
+-- (KIP-368). Requests in flight keep going: their responses arrive first
+-- and wait in self.ready.
+function _M:_maybe_reauthenticate()
+  if self._sasl_busy or not self.reauth_at or not self.sock then return true end
+  local t = self.security.now()
+  if t < self.reauth_at then return true end
+  local too_soon = self.reauth_started and t - self.reauth_started < MIN_REAUTH_INTERVAL_MS
+  if t >= self.session_end or too_soon then
+    -- an idle connection past its session: the broker closes it on the
+    -- next request, re-authentication included (and one re-authenticated
+    -- less than a second ago would be refused). Responses still due are
+    -- read first and kept; then a new connection authenticates afresh.
+    local kept = {}
+    while self:in_flight() > 0 do
+      local head = self.inflight[self.first]
+      local body, err, code = self:receive(head.corr)
+      if not body then return nil, err, code end
+      kept[head.corr] = body
+    end
+    for corr, body in pairs(self.ready) do kept[corr] = body end
+    self:close(too_soon and "SASL session shorter than the broker's interval between re-authentications"
+      or "SASL session expired")
+    local ok, err, code = self:connect()
+    if not ok then return nil, err, code end
+    for corr, body in pairs(kept) do self.ready[corr] = body end
+    self.sasl_reconnected = (self.sasl_reconnected or 0) + 1
+    return true
+  end
+  self._sasl_busy = true
+  self.reauth_started = t
+  local ok, err, code = self:_sasl_exchange(true)
+  self._sasl_busy = false
+  if ok then self.sasl_reauthenticated = (self.sasl_reauthenticated or 0) + 1 end
+  return ok, err, code
 end
 
 -- receive(corr [, deadline]) -> decoded response body | nil, err, code.
@@ -593,7 +741,5 @@ function _M:request(api, body, opts)
   end
   return resp, err, code
 end
-
-_M.in_flight = function(self) return self.last - self.first + 1 end
 
 return _M

@@ -16,7 +16,7 @@
 -- skipped. At most one undecoded answer per broker waits beside the Fetch
 -- in flight: no answer is read while earlier ones are pending.
 local proto = require "kafka.proto"
-local txn = require "kafka.txn"
+local read_committed = require "kafka.read_committed"
 
 local errors = proto.errors
 local API = proto.api
@@ -187,7 +187,7 @@ function _M:_partition_result(st, pr, out, room)
   local set = st.set
   set.high_watermark = pr.high_watermark
   -- at most room messages (a rest is left in info.rest), unless aborted
-  -- transactions are to be dropped: kafka.txn reads a fetch's aborted list
+  -- transactions are to be dropped: kafka.read_committed reads a fetch's aborted list
   -- against all of its batches at once
   opts.into, opts.set, opts.min_offset = out, set, st.offset
   opts.max_records = opts ~= self.decode_txn and room or nil
@@ -201,7 +201,7 @@ function _M:_partition_result(st, pr, out, room)
     for i = #out, before + 1, -1 do out[i] = nil end
     return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(info)), code or "corrupt"
   end
-  if opts == self.decode_txn then txn.drop_aborted(out, before, info.batches, aborted) end -- read_committed
+  if opts == self.decode_txn then read_committed.drop_aborted(out, before, info.batches, aborted) end -- read_committed
   local next_pos = info.next_offset
   if next_pos and next_pos > st.offset then
     st.offset = next_pos

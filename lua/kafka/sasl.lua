@@ -1,29 +1,25 @@
--- kafka.sasl: security options and SASL authentication.
+-- kafka.sasl: the SASL mechanisms, and the security options' validation.
 --
---   local sec = sasl.config(opts)        -- validates the client's security options (raises on misuse)
---   sasl.authenticate(conn)              -- after ApiVersions: SaslHandshake + SaslAuthenticate
---   sasl.maybe_reauthenticate(conn)      -- before a send: KIP-368 re-authentication when due
+--   local sec = sasl.config(opts)           -- validates the client's security options (raises on misuse)
+--   local m, err = sasl.start(sec.sasl, now) -- a fresh state machine for one exchange
 --
--- Mechanisms are small state machines: m = MECH.new(settings); the client
--- sends m:start(), then m:step(server_bytes) returns the next client bytes,
--- true when the exchange is complete, or nil, err. PLAIN (RFC 4616),
--- SCRAM-SHA-256/512 (RFC 5802, RFC 7677; SHA-1 too for the RFC's test
--- vector), OAUTHBEARER (RFC 7628, Kafka's KIP-255/KIP-342 framing).
---
--- Errors are nil, message, code: "auth" for a refused authentication (the
--- message names the mechanism and the broker's words), "ssl" for TLS.
+-- Mechanisms are small state machines: the connection (kafka.connection,
+-- which owns the exchange and KIP-368 re-authentication) sends m:start(),
+-- then m:step(server_bytes) returns the next client bytes, true when the
+-- exchange is complete, or nil, err. PLAIN (RFC 4616), SCRAM-SHA-256/512
+-- (RFC 5802, RFC 7677; SHA-1 too for the RFC's test vector), OAUTHBEARER
+-- (RFC 7628, Kafka's KIP-255/KIP-342 framing; the token from
+-- sasl_oauthbearer_token, refreshed at 80% of its lifetime).
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
 
 local crypto = proto.crypto
-local errors = proto.errors
-local math, string, table, io = math, string, table, io
+local math, table, io = math, table, io
 local error, ipairs, pairs, pcall, setmetatable = error, ipairs, pairs, pcall, setmetatable
 local tostring, tonumber, type = tostring, tonumber, type
 
 local _M = {}
 
-local HANDSHAKE, AUTHENTICATE = 17, 36
 local PROTOCOLS = { PLAINTEXT = { false, false }, SSL = { true, false }, SASL_PLAINTEXT = { false, true },
                     SASL_SSL = { true, true } }
 local KNOWN = { sasl_mechanism = true, sasl_username = true, sasl_password = true, sasl_oauthbearer_token = true,
@@ -275,160 +271,16 @@ local function token(s, now)
   return tok, ext
 end
 
----------------------------------------------------------------- the exchange
-
-local function auth_fail(conn, msg)
-  conn:close(msg)
-  return nil, msg, "auth"
-end
-
--- Legacy framing (SaslHandshake v0 without SaslAuthenticate, Kafka 0.10.0-0.10.x
--- and pre-0.10 brokers): raw size-prefixed tokens on the socket.
-local function raw_round(conn, bytes)
-  local sock = conn.sock
-  local n = #bytes
-  local head = string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256, math.floor(n / 256) % 256, n % 256)
-  sock:settimeout(conn.request_timeout_ms)
-  local ok, err = sock:send(head .. bytes)
-  if not ok then return nil, "send failed: " .. tostring(err) end
-  local h
-  h, err = sock:receive(4)
-  if not h then return nil, "receive failed: " .. tostring(err) .. " (a refused authentication closes the connection)" end
-  local total = proto.frame_length(h)
-  local len = (total or 0) - 4
-  if not total or len < 0 or len > 1048576 then return nil, "bad SASL token size" end
-  if len == 0 then return "" end
-  return sock:receive(len)
-end
-
--- One exchange with the broker. reauth: a KIP-368 re-authentication on a
--- connection that may have requests in flight (their responses are read
--- ahead and kept by conn:receive).
-local function exchange(conn, reauth)
-  local sec = conn.security
-  local s = sec.sasl
-  local mech_name = s.mechanism
-  local who = ("%s: SASL %s"):format(conn:name(), mech_name)
-  local hv, err = conn:version(HANDSHAKE)
-  if not hv then
-    if conn.broker_versions == false then hv = 0 else return auth_fail(conn, who .. ": " .. tostring(err)) end
-  end
-  local av = conn.broker_versions and conn.broker_versions[AUTHENTICATE] and conn:version(AUTHENTICATE)
-  if hv < 1 then av = nil end -- v0 handshake: raw tokens follow
-  if reauth and not av then return true end -- KIP-368 needs SaslAuthenticate v1+
+-- start(s, now) -> a new state machine for one exchange with the settings
+-- of sasl.config (s = sec.sasl), or nil, err when the token cannot be had
+function _M.start(s, now)
   local opts
-  if mech_name == "OAUTHBEARER" then
-    local tok, ext = token(s, sec.now)
-    if not tok then return auth_fail(conn, who .. ": " .. tostring(ext)) end
+  if s.mechanism == "OAUTHBEARER" then
+    local tok, ext = token(s, now)
+    if not tok then return nil, ext end
     opts = { token = tok, extensions = ext }
   end
-  local mech = _M.mechanism(mech_name, s, opts)
-
-  local corr, code
-  corr, err, code = conn:send(HANDSHAKE, hv, { mechanism = mech_name })
-  if not corr then return nil, who .. ": " .. tostring(err), code end
-  local resp
-  resp, err, code = conn:receive(corr)
-  if not resp then return nil, who .. ": SaslHandshake: " .. tostring(err), code end
-  if resp.error_code ~= 0 then
-    local e = errors.info(resp.error_code)
-    return auth_fail(conn, ("%s: the broker refused the mechanism: %s (enabled: %s)"):format(who, e.name,
-      table.concat(resp.mechanisms or {}, ", ")))
-  end
-
-  local msg = mech:start()
-  local lifetime
-  while true do
-    local server
-    if av then
-      corr, err, code = conn:send(AUTHENTICATE, av, { auth_bytes = msg })
-      if not corr then return nil, who .. ": " .. tostring(err), code end
-      resp, err, code = conn:receive(corr)
-      if not resp then return nil, who .. ": SaslAuthenticate: " .. tostring(err), code end
-      if resp.error_code ~= 0 then
-        local e = errors.info(resp.error_code)
-        return auth_fail(conn, ("%s authentication failed: %s (%s)"):format(who,
-          tostring(resp.error_message or e.message), e.name))
-      end
-      server = resp.auth_bytes or ""
-      if resp.session_lifetime_ms and resp.session_lifetime_ms > 0 then lifetime = resp.session_lifetime_ms end
-    else
-      server, err = raw_round(conn, msg)
-      if not server then return auth_fail(conn, ("%s authentication failed: %s"):format(who, tostring(err))) end
-    end
-    local nxt
-    nxt, err = mech:step(server)
-    if nxt == true then break end
-    if not nxt then return auth_fail(conn, ("%s authentication failed: %s"):format(who, tostring(err))) end
-    msg = nxt
-  end
-  conn.sasl_authenticated = (conn.sasl_authenticated or 0) + 1
-  if lifetime then
-    -- re-authenticate at 85-95% of the session, as Kafka's Java client does
-    local t = sec.now()
-    conn.reauth_at = t + lifetime * (0.85 + 0.1 * math.random())
-    conn.session_end = t + lifetime
-    conn.session_lifetime_ms = lifetime
-  else
-    conn.reauth_at = nil
-  end
-  return true
-end
-
--- authenticate(conn) -> true | nil, err, code: after ApiVersions on a new
--- connection (nothing in flight).
-function _M.authenticate(conn)
-  local sec = conn.security
-  if not sec or not sec.sasl then return true end
-  conn._sasl_busy = true
-  conn.reauth_started = nil -- a new connection: no re-authentication yet
-  local ok, err, code = exchange(conn, false)
-  conn._sasl_busy = false
-  return ok, err, code
-end
-
--- The broker refuses a re-authentication that starts within a second of
--- the last one on a connection (KafkaChannel: ILLEGAL_SASL_STATE), so a
--- session shorter than that (a token or connections.max.reauth.ms under
--- about 1.2 s) is replaced by a new connection instead; the margin covers
--- the network's jitter between our clock and the broker's receipt.
-local MIN_REAUTH_INTERVAL_MS = 1100
-
--- maybe_reauthenticate(conn) -> true | nil, err, code: re-authenticates
--- once the session is past its re-authentication time (KIP-368). Requests
--- in flight keep going: their responses arrive first and wait in conn.
-function _M.maybe_reauthenticate(conn)
-  if conn._sasl_busy or not conn.reauth_at or not conn.sock then return true end
-  local t = conn.security.now()
-  if t < conn.reauth_at then return true end
-  local too_soon = conn.reauth_started and t - conn.reauth_started < MIN_REAUTH_INTERVAL_MS
-  if t >= conn.session_end or too_soon then
-    -- an idle connection past its session: the broker closes it on the
-    -- next request, re-authentication included (and one re-authenticated
-    -- less than a second ago would be refused). Responses still due are
-    -- read first and kept; then a new connection authenticates afresh.
-    local kept = {}
-    while conn:in_flight() > 0 do
-      local head = conn.inflight[conn.first]
-      local body, err, code = conn:receive(head.corr)
-      if not body then return nil, err, code end
-      kept[head.corr] = body
-    end
-    for corr, body in pairs(conn.ready) do kept[corr] = body end
-    conn:close(too_soon and "SASL session shorter than the broker's interval between re-authentications"
-      or "SASL session expired")
-    local ok, err, code = conn:connect()
-    if not ok then return nil, err, code end
-    for corr, body in pairs(kept) do conn.ready[corr] = body end
-    conn.sasl_reconnected = (conn.sasl_reconnected or 0) + 1
-    return true
-  end
-  conn._sasl_busy = true
-  conn.reauth_started = t
-  local ok, err, code = exchange(conn, true)
-  conn._sasl_busy = false
-  if ok then conn.sasl_reauthenticated = (conn.sasl_reauthenticated or 0) + 1 end
-  return ok, err, code
+  return _M.mechanism(s.mechanism, s, opts)
 end
 
 return _M
