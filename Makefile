@@ -42,7 +42,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: mutants mutants-ci chaos all test test-all test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: mutants mutants-ci chaos all test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -65,7 +65,12 @@ mock: $(MOCKBROKER)
 # The README's test command: the whole suite on each Lua in LUAS (each with its
 # own build in LUA_CPATH), then the LuaJIT smoke spec. Every Lua runs even if
 # one fails; the list of failing Luas comes last.
-test: $(MOCKBROKER)
+# It first installs the Debian packages it lacks (tools/deps.sh; elsewhere it
+# stops with the command to run), then builds in a new make (which reads
+# pkg-config afresh).
+test:
+	@tools/deps.sh test
+	@$(MAKE) --no-print-directory $(MOCKBROKER)
 	@$(WITH_BROKERS) $(MAKE) --no-print-directory test-all
 
 # The first Lua runs the real-broker specs against every Kafka version
@@ -125,7 +130,11 @@ asan:
 	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" KAFKA_VERSIONS=$(SANITIZE_KAFKA) $(WITH_BROKERS) lua5.4 $(BUSTED) spec
 
 # The demo: a real Kafka broker it starts (or KAFKA_BROKERS, or KAFKA_DEMO=mock), 10,000 messages per codec there and back.
-demo: all $(MOCKBROKER)
+# Like test, it first installs the Debian packages it lacks (tools/deps.sh).
+demo:
+	@tools/deps.sh demo
+	@$(MAKE) --no-print-directory demo-run
+demo-run: all $(MOCKBROKER)
 	$(TEST_ENV) $(LUA) examples/demo.lua
 
 # Mutation testing: the mutants of tools/mutants-list.lua, each against the specs
