@@ -6,8 +6,8 @@
  * is nullable and when it is tagged. One walker encodes and one decodes any
  * (api, version); flexible versions switch to compact lengths and add
  * tagged-field sections. The walkers never see Lua: they talk to a small
- * visitor that the glue (lua_kafka.c) implements, so the tables can be
- * tested and fuzzed in C alone.
+ * visitor that the glue (lua_schema.c, over Lua tables) and the fuzz
+ * harnesses implement, so the tables can be tested and fuzzed in C alone.
  */
 #ifndef KF_SCHEMA_H
 #define KF_SCHEMA_H
