@@ -21,6 +21,7 @@ local error, type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   error, type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
 
 local E = proto.errors
+local API = proto.api
 local i16, i32 = Log.i16, Log.i32
 
 local _M = { VERSION = "0.1.0" }
@@ -28,24 +29,24 @@ local mt = { __index = _M }
 
 -- What the mock implements: api key -> {min, max}. ApiVersions advertises exactly this.
 local SUPPORTED = {
-  [0] = { 0, 11 },  -- Produce
-  [1] = { 0, 12 },  -- Fetch (v13+ addresses topics by id: not implemented)
-  [2] = { 0, 10 },  -- ListOffsets
-  [3] = { 0, 12 },  -- Metadata
-  [8] = { 0, 9 },   -- OffsetCommit
-  [9] = { 0, 9 },   -- OffsetFetch
-  [10] = { 0, 6 },  -- FindCoordinator
-  [11] = { 0, 9 },  -- JoinGroup
-  [12] = { 0, 4 },  -- Heartbeat
-  [13] = { 0, 5 },  -- LeaveGroup
-  [14] = { 0, 5 },  -- SyncGroup
-  [15] = { 0, 5 },  -- DescribeGroups
-  [16] = { 0, 4 },  -- ListGroups
-  [18] = { 0, 4 },  -- ApiVersions
-  [19] = { 0, 7 },  -- CreateTopics
-  [20] = { 0, 6 },  -- DeleteTopics
-  [21] = { 0, 2 },  -- DeleteRecords
-  [22] = { 0, 5 },  -- InitProducerId
+  [API.Produce] = { 0, 11 },
+  [API.Fetch] = { 0, 12 }, -- v13+ addresses topics by id: not implemented
+  [API.ListOffsets] = { 0, 10 },
+  [API.Metadata] = { 0, 12 },
+  [API.OffsetCommit] = { 0, 9 },
+  [API.OffsetFetch] = { 0, 9 },
+  [API.FindCoordinator] = { 0, 6 },
+  [API.JoinGroup] = { 0, 9 },
+  [API.Heartbeat] = { 0, 4 },
+  [API.LeaveGroup] = { 0, 5 },
+  [API.SyncGroup] = { 0, 5 },
+  [API.DescribeGroups] = { 0, 5 },
+  [API.ListGroups] = { 0, 4 },
+  [API.ApiVersions] = { 0, 4 },
+  [API.CreateTopics] = { 0, 7 },
+  [API.DeleteTopics] = { 0, 6 },
+  [API.DeleteRecords] = { 0, 2 },
+  [API.InitProducerId] = { 0, 5 },
 }
 _M.SUPPORTED = SUPPORTED
 
@@ -530,10 +531,10 @@ function _M:_serve(conn, frame)
   local corr = i32(frame, 9)
   local range = SUPPORTED[key]
   local now = self.now()
-  if key == 18 and range and version > range[2] then
+  if key == API.ApiVersions and range and version > range[2] then
     -- an ApiVersions the mock does not know: error 35 with a v0 body, as Kafka does
     local body = api_versions_body(E.UNSUPPORTED_VERSION)
-    conn:_push({ corr = corr, at = now, frame = proto.encode_response(18, 0, corr, body) })
+    conn:_push({ corr = corr, at = now, frame = proto.encode_response(API.ApiVersions, 0, corr, body) })
     return
   end
   if not range or version < range[1] or version > range[2] then return bad_client(conn) end
@@ -548,7 +549,7 @@ function _M:_serve(conn, frame)
   end
   conn:_push(item)
   local reply = function(body) finish(conn, item, body) end
-  local h = self.handlers[key]
+  local h = self.handlers[proto.api_name(key)]
   local body = h(self, conn, req.body or {}, version, reply, req, item)
   if body == NO_RESPONSE then
     conn:_unpush(item)
@@ -592,6 +593,9 @@ end
 --------------------------------------------------------------------------
 -- handlers
 
+-- One handler per API, keyed by Kafka's API name (H.Produce, H.Fetch, ...):
+-- handler(cluster, conn, body, version, reply, request, item) -> a body to
+-- answer with, nil when it answers later through reply, or NO_RESPONSE.
 local H = {}
 _M.handlers = H
 
@@ -613,7 +617,7 @@ local function epoch_error(p, current)
 end
 
 -- ApiVersions
-H[18] = function()
+H.ApiVersions = function()
   return api_versions_body(0)
 end
 
@@ -635,7 +639,7 @@ local function topic_metadata(self, t, version)
     topic_authorized_operations = version >= 8 and -2147483648 or nil }
 end
 
-H[3] = function(self, _, b, version)
+H.Metadata = function(self, _, b, version)
   local brokers = {}
   for _, id in ipairs(self.ids) do
     local br = self.brokers[id]
@@ -688,7 +692,7 @@ local function request_pairs(list, tname, plist, pname)
 end
 
 -- Produce
-H[0] = function(self, conn, b, version)
+H.Produce = function(self, conn, b, version)
   local f = self:_take_fault(0, request_pairs(b.topic_data, "name", "partition_data", "index"))
   local acks = b.acks
   local now = self.now()
@@ -782,7 +786,7 @@ local function fetch_body(self, conn, b, version, f)
   return { throttle_time_ms = 0, error_code = 0, session_id = 0, responses = responses }, total
 end
 
-H[1] = function(self, conn, b, version, reply)
+H.Fetch = function(self, conn, b, version, reply)
   if version >= 7 and (b.session_id or 0) ~= 0 then
     return { error_code = E.FETCH_SESSION_ID_NOT_FOUND, session_id = 0, responses = {} }
   end
@@ -809,7 +813,7 @@ function _M:_wake_fetches(now)
 end
 
 -- ListOffsets
-H[2] = function(self, conn, b, version)
+H.ListOffsets = function(self, conn, b, version)
   local f = self:_take_fault(2, request_pairs(b.topics, "name", "partitions", "partition_index"))
   local topics = {}
   for _, lt in ipairs(b.topics or {}) do
@@ -838,7 +842,7 @@ H[2] = function(self, conn, b, version)
 end
 
 -- FindCoordinator
-H[10] = function(self, conn, b, version)
+H.FindCoordinator = function(self, conn, b, version)
   local f = self:_take_fault(10, {})
   local function one(key)
     if f then return { key = key, error_code = f.code, node_id = -1, host = "", port = -1 } end
@@ -868,7 +872,7 @@ local function group_error(self, conn, group_id, key)
 end
 
 -- JoinGroup
-H[11] = function(self, conn, b, version, reply, req)
+H.JoinGroup = function(self, conn, b, version, reply, req)
   local code = group_error(self, conn, b.group_id, 11)
   if code ~= 0 then return { error_code = code, generation_id = -1, member_id = b.member_id or "", leader = "",
     protocol_name = version < 7 and "" or nil, members = {} } end
@@ -884,7 +888,7 @@ H[11] = function(self, conn, b, version, reply, req)
 end
 
 -- SyncGroup
-H[14] = function(self, conn, b, version, reply)
+H.SyncGroup = function(self, conn, b, version, reply)
   local code = group_error(self, conn, b.group_id, 14)
   if code ~= 0 then return { error_code = code, assignment = "" } end
   self:_group(b.group_id):sync(b, version, reply, self.now())
@@ -892,7 +896,7 @@ H[14] = function(self, conn, b, version, reply)
 end
 
 -- Heartbeat
-H[12] = function(self, conn, b)
+H.Heartbeat = function(self, conn, b)
   local code = group_error(self, conn, b.group_id, 12)
   if code ~= 0 then return { error_code = code } end
   local g = self.groups[b.group_id]
@@ -901,7 +905,7 @@ H[12] = function(self, conn, b)
 end
 
 -- LeaveGroup
-H[13] = function(self, conn, b, version)
+H.LeaveGroup = function(self, conn, b, version)
   local code = group_error(self, conn, b.group_id, 13)
   if code ~= 0 then return { error_code = code, members = {} } end
   local g = self.groups[b.group_id]
@@ -922,7 +926,7 @@ H[13] = function(self, conn, b, version)
 end
 
 -- DescribeGroups
-H[15] = function(self, conn, b)
+H.DescribeGroups = function(self, conn, b)
   local out = {}
   for _, id in ipairs(b.groups or {}) do
     local code = group_error(self, conn, id, 15)
@@ -948,7 +952,7 @@ H[15] = function(self, conn, b)
 end
 
 -- ListGroups (the groups this broker coordinates)
-H[16] = function(self, conn)
+H.ListGroups = function(self, conn)
   local out = {}
   local ids = {}
   for id in pairs(self.groups) do ids[#ids + 1] = id end
@@ -963,7 +967,7 @@ H[16] = function(self, conn)
 end
 
 -- OffsetCommit
-H[8] = function(self, conn, b, version)
+H.OffsetCommit = function(self, conn, b, version)
   local code = group_error(self, conn, b.group_id, 8)
   local g
   if code == 0 then
@@ -1034,7 +1038,7 @@ local function fetch_offsets(self, conn, group_id, topics, per_partition_error)
   return out, code
 end
 
-H[9] = function(self, conn, b, version)
+H.OffsetFetch = function(self, conn, b, version)
   if version >= 8 then
     local groups = {}
     for _, rg in ipairs(b.groups or {}) do
@@ -1048,7 +1052,7 @@ H[9] = function(self, conn, b, version)
 end
 
 -- InitProducerId (idempotent producers; a transactional id gets an id and a new epoch)
-H[22] = function(self, _, b)
+H.InitProducerId = function(self, _, b)
   local f = self:_take_fault(22, {})
   if f then return { throttle_time_ms = 0, error_code = f.code, producer_id = -1, producer_epoch = -1 } end
   local tid = b.transactional_id
@@ -1077,7 +1081,7 @@ H[22] = function(self, _, b)
 end
 
 -- CreateTopics
-H[19] = function(self, _, b, version)
+H.CreateTopics = function(self, _, b, version)
   local f = self:_take_fault(19, {})
   local out = {}
   for _, ct in ipairs(b.topics or {}) do
@@ -1110,7 +1114,7 @@ H[19] = function(self, _, b, version)
 end
 
 -- DeleteTopics
-H[20] = function(self, _, b, version)
+H.DeleteTopics = function(self, _, b, version)
   local f = self:_take_fault(20, {})
   local list = {}
   if version >= 6 then
@@ -1138,7 +1142,7 @@ H[20] = function(self, _, b, version)
 end
 
 -- DeleteRecords
-H[21] = function(self, conn, b)
+H.DeleteRecords = function(self, conn, b)
   local f = self:_take_fault(21, request_pairs(b.topics, "name", "partitions", "partition_index"))
   local topics = {}
   for _, t in ipairs(b.topics or {}) do
