@@ -59,6 +59,9 @@ build = {
     ["kafka.mock"] = "lua/kafka/mock.lua",
     ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
     ["kafka.mock.group"] = "lua/kafka/mock/group.lua",
+    ["kafka.mock.handlers"] = "lua/kafka/mock/handlers.lua",
+    ["kafka.mock.serve"] = "lua/kafka/mock/serve.lua",
+    ["kafka.mock.transport"] = "lua/kafka/mock/transport.lua",
   },
   install = {
     bin = { ["kafka-mock"] = "bin/kafka-mock" },
