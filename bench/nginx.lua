@@ -12,7 +12,7 @@
 --                               request's cosockets), first send to flush
 --   produce 100 luajit          bench/e2e.lua's produce rate on plain LuaJIT
 -- against librdkafka's 3-broker mock cluster (200 partitions per topic).
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 local socket = require "socket"
 local http = require "socket.http"
 

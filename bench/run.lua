@@ -1,6 +1,6 @@
 -- bench/run.lua: `make bench`. Runs every benchmark, each peer in the same
 -- run, prints one table and writes it to bench/results.md.
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 
 local socket = require "socket"
 

@@ -10,7 +10,7 @@ local socket = require "socket"
 
 local brokers, mock = os.getenv("KAFKA_BROKERS"), nil
 if (not brokers or brokers == "") and os.getenv("KAFKA_DEMO") == "mock" then
-  mock = require("support.mock").start { brokers = 3 }
+  mock = require("support.rdkafka_mock").start { brokers = 3 }
   brokers = mock.bootstrap
   print("started librdkafka's mock cluster: " .. brokers)
 elseif not brokers or brokers == "" then

@@ -1,7 +1,7 @@
 -- The client against a real Kafka-protocol broker: librdkafka's mock
 -- cluster (3 brokers) on loopback, with faults injected through it.
 local kafka = require "kafka"
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 local proto = kafka.proto
 
 local codecs = { "none", "gzip", "snappy", "lz4", "zstd" }

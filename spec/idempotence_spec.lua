@@ -13,7 +13,7 @@
 -- exact), which checks sequences and epochs per partition as Kafka does: a
 -- new epoch must start at sequence 0, a producer the partition does not
 -- know is taken at any sequence (ProducerAppendInfo.checkSequence). Not
--- against librdkafka 2.0.2's mock (spec/support/mock.lua), which differs
+-- against librdkafka 2.0.2's mock (spec/support/rdkafka_mock.lua), which differs
 -- from Kafka where these rules matter: it does not check an idempotent
 -- producer's sequences at all, answers InitProducerId with a producer id
 -- and a null transactional id (a bump) INVALID_PRODUCER_ID_MAPPING (49),

@@ -3,7 +3,7 @@
 -- we produce, kcat consumes (checking CRCs); keyed messages land where
 -- librdkafka's murmur2_random partitioner puts them.
 local kafka = require "kafka"
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 local proto = kafka.proto
 
 local function have_kcat()

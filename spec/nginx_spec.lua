@@ -6,7 +6,7 @@
 -- this process with lua-kafka and counted by request id (from nginx's
 -- access log). Needs the LuaJIT build (make LUA=luajit; `make test` does it)
 -- and ab (apache2-utils).
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 local H = require "support.helpers"
 local kafka = require "kafka"
 local socket = require "socket"

@@ -5,7 +5,7 @@
 -- at the door, callback errors contained. Against librdkafka's mock
 -- cluster (3 brokers), the misbehaving broker and scripted sockets.
 local kafka = require "kafka"
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 local H = require "support.helpers"
 local socket = require "socket"
 local proto = kafka.proto

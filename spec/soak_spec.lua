@@ -9,7 +9,7 @@
 -- possible without idempotence (a retried request whose answer was lost):
 -- counted and printed, not asserted.
 local kafka = require "kafka"
-local mock = require "support.mock"
+local mock = require "support.rdkafka_mock"
 local H = require "support.helpers"
 local socket = require "socket"
 

@@ -1,4 +1,4 @@
--- Starts librdkafka's mock cluster (spec/support/mockbroker.c, built by
+-- support.rdkafka_mock: starts librdkafka's mock cluster (spec/support/mockbroker.c, built by
 -- `make mock`) and drives it through its stdin control protocol.
 --   local m = mock.start{brokers = 3, topics = {"t:6"}}
 --   m.bootstrap -> "127.0.0.1:p1,..."; m:cmd("down 2"); m:stop()
