@@ -42,7 +42,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: mutants mutants-ci chaos all test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: options-doc mutants mutants-ci chaos all test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -108,6 +108,11 @@ test-luajit:
 	$(MAKE) --no-print-directory LUA=luajit all
 	LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
 	LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit $(BUSTED) spec/luajit_smoke.lua
+
+# docs/options.md from the option declarations (lua/kafka/options.lua);
+# spec/options_doc_spec.lua fails when it is stale.
+options-doc:
+	$(TEST_ENV) lua5.4 tools/options-doc.lua > docs/options.md
 
 lint:
 	luacheck lua spec examples tools bench

@@ -56,6 +56,7 @@ build = {
     ["kafka.client"] = "lua/kafka/client.lua",
     ["kafka.producer"] = "lua/kafka/producer.lua",
     ["kafka.consumer"] = "lua/kafka/consumer.lua",
+    ["kafka.options"] = "lua/kafka/options.lua",
     ["kafka.mock"] = "lua/kafka/mock.lua",
     ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
     ["kafka.mock.group"] = "lua/kafka/mock/group.lua",

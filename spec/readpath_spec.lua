@@ -10,7 +10,7 @@
 -- cosockets (spec/nginx/locations.conf, /readpath).
 local kafka = require "kafka"
 local ksocket = require "kafka.socket"
-local sasl = require "kafka.sasl"
+local options = require "kafka.options"
 local H = require "support.helpers"
 local RP = require "support.readpath"
 
@@ -55,7 +55,7 @@ local function conn_opts(tr, port, o)
   for k, v in pairs(o or {}) do opts[k] = v end
   if tr.socket then opts.socket = tr.socket end
   if tr.tls then
-    opts.security = sasl.config { security_protocol = "SSL", ssl_ca_location = tls_dir() .. "/cert.pem" }
+    opts.security = options.security { security_protocol = "SSL", ssl_ca_location = tls_dir() .. "/cert.pem" }
   end
   return opts
 end

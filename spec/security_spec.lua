@@ -10,7 +10,7 @@ local rk = require "support.realkafka"
 local rt = require "support.realtools"
 local kafka = require "kafka"
 local ksocket = require "kafka.socket"
-local sasl = require "kafka.sasl"
+local options = require "kafka.options"
 local connection = require "kafka.connection"
 local proto = require "kafka.proto"
 local socket = require "socket"
@@ -210,7 +210,7 @@ describe("TLS and SASL, Kafka " .. version, function()
     local o = opts("SASL_PLAINTEXT", creds("SCRAM-SHA-256"))
     local n = { n = 0 }
     local host, port = k.bootstrap.SASL_PLAINTEXT:match("^(.*):(%d+)$")
-    local c = connection.new { host = host, port = port, security = sasl.config(o), socket = counting(n),
+    local c = connection.new { host = host, port = port, security = options.security(o), socket = counting(n),
       request_timeout_ms = 10000 }
     assert(c:connect())
     assert.is_true(c.session_lifetime_ms > 1500 and c.session_lifetime_ms <= 2000, tostring(c.session_lifetime_ms))
@@ -268,7 +268,7 @@ describe("TLS and SASL, Kafka " .. version, function()
       return jws("alice", 1)
     end })
     local host, port = k.bootstrap.SASL_PLAINTEXT:match("^(.*):(%d+)$")
-    local c = connection.new { host = host, port = port, security = sasl.config(o), socket = counting(n),
+    local c = connection.new { host = host, port = port, security = options.security(o), socket = counting(n),
       request_timeout_ms = 10000 }
     finally(function() c:close() end)
     assert(c:connect())

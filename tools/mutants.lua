@@ -3,7 +3,7 @@
 --   lua5.4 tools/mutants.lua [name ...]      (or MUTANTS=name1,name2)
 --
 -- For each mutant of tools/mutants-list.lua: copies the tree (lua/ csrc/
--- spec/ Makefile, the builds in build/) to build/mutants/work, changes the
+-- spec/ docs/ Makefile, the builds in build/) to build/mutants/work, changes the
 -- one place in the copy (the real tree is never written), rebuilds when a C
 -- file changed, runs the mutant's specs there with a timeout and prints
 --   KILLED    the specs failed (or timed out): the change was caught
@@ -80,7 +80,7 @@ end
 local function fresh_copy()
   assert(sh("rm -rf " .. q(scratch) .. " && mkdir -p " .. q(scratch .. "/build")))
   local parts = {}
-  for _, d in ipairs { "lua", "csrc", "spec", "Makefile", "bin", "examples", "tools" } do
+  for _, d in ipairs { "lua", "csrc", "spec", "Makefile", "bin", "examples", "tools", "docs" } do
     if sh("test -e " .. q(root .. "/" .. d)) then parts[#parts + 1] = q(root .. "/" .. d) end
   end
   assert(sh("cp -a " .. table.concat(parts, " ") .. " " .. q(scratch)))

@@ -12,16 +12,7 @@
 --   local md = client:metadata{"topic"}          -- {brokers = {[id] = {host=,port=}}, topics = {...}}
 --   local off = client:list_offsets("topic", 0, "latest")
 --
--- Options: brokers (list of "host:port" or {host=,port=}; the port defaults
--- to 9092), client_id, request_timeout_ms (30000), connect_timeout_ms
--- (10000), default_api_timeout_ms (60000: the deadline of metadata,
--- list_offsets, coordinator and group calls), metadata_max_age_ms (300000),
--- retry_backoff_ms (100) doubling per attempt up to retry_backoff_max_ms
--- (1000), max_retries (nil: retried until the deadline; a number caps the
--- attempts), reconnect_backoff_ms (100) doubling per failed connect up to
--- reconnect_backoff_max_ms (1000), receive_message_max_bytes (100000000),
--- allow_auto_topic_creation (true), api_versions (true), max_versions
--- ({[api] = version}), socket (factory), now/sleep (clock, ms).
+-- Options: kafka.options (docs/options.md).
 --
 -- A broker in its reconnect backoff is refused with code "backoff" (nothing
 -- was tried): retry loops wait for it without counting an attempt.
@@ -29,79 +20,25 @@ local proto = require "kafka.proto"
 local connection = require "kafka.connection"
 local ksocket = require "kafka.socket"
 local check = require "kafka.check"
-local sasl = require "kafka.sasl"
+local options = require "kafka.options"
 
 local errors = proto.errors
 local API = proto.api
 local math, table = math, table
 local setmetatable, getmetatable = setmetatable, getmetatable
-local tostring, tonumber, type, ipairs, pairs, next = tostring, tonumber, type, ipairs, pairs, next
+local tostring, type, ipairs, pairs, next = tostring, type, ipairs, pairs, next
 
 local _M = {}
 local mt = { __index = _M }
 
-local WHERE = "kafka.client.new"
-local PORT_TEXT = '"host:port" (or "host", port 9092) with a port in 1..65535'
-
-local function parse_broker(b, i)
-  local name = ("brokers[%d]"):format(i)
-  local host, port
-  if type(b) == "table" then
-    host, port = b.host or b[1], b.port or b[2] or 9092
-    if type(port) == "string" and port:match("^%d+$") then port = tonumber(port) end
-  elseif type(b) == "string" then
-    if b:sub(1, 1) == "[" then
-      local rest
-      host, rest = b:match("^%[([^%]]+)%](.*)$")
-      if rest == "" then port = 9092 elseif rest then port = tonumber(rest:match("^:(%d+)$")) end
-    else
-      local _, colons = b:gsub(":", "")
-      if colons == 0 then
-        host, port = b, 9092
-      elseif colons == 1 then
-        host, port = b:match("^([^:]+):(%d+)$")
-        port = tonumber(port)
-      else
-        host, port = b, 9092 -- a bare IPv6 address
-      end
-    end
-  end
-  if type(host) ~= "string" or host == "" or not check.is_int(port) or port < 1 or port > 65535 then
-    check.fail(WHERE, name, PORT_TEXT, b)
-  end
-  return { host = host, port = port }
-end
-
+-- new(opts) -> a client; raises on misuse (kafka.options.client)
 function _M.new(opts)
-  opts = check.opts(WHERE, opts)
-  local list = opts.brokers
-  if type(list) == "string" then
-    local t = {}
-    for b in list:gmatch("[^,%s]+") do t[#t + 1] = b end
-    list = t
-  end
-  if type(list) ~= "table" or #list == 0 then error("kafka.client.new: brokers is required", 2) end
-  local bootstrap = {}
-  for i, b in ipairs(list) do bootstrap[i] = parse_broker(b, i) end
-  local int, typed = check.int, check.typed
-  check.typed(WHERE, "client_id", opts.client_id, nil, "string")
-  local positive = { "request_timeout_ms", "connect_timeout_ms", "receive_message_max_bytes",
-    "default_api_timeout_ms" }
-  for _, k in ipairs(positive) do int(WHERE, k, opts[k], nil, 1) end
-  local backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, 100, 0)
-  local backoff_max = int(WHERE, "retry_backoff_max_ms", opts.retry_backoff_max_ms, math.max(1000, backoff_ms), 0)
-  local reconnect_ms = int(WHERE, "reconnect_backoff_ms", opts.reconnect_backoff_ms, 100, 0)
-  local reconnect_max = int(WHERE, "reconnect_backoff_max_ms", opts.reconnect_backoff_max_ms,
-    math.max(1000, reconnect_ms), 0)
-  typed(WHERE, "max_versions", opts.max_versions, nil, "table")
-  typed(WHERE, "socket", opts.socket, nil, "function")
-  typed(WHERE, "now", opts.now, nil, "function")
-  typed(WHERE, "sleep", opts.sleep, nil, "function")
-  check.bool(WHERE, "api_versions", opts.api_versions, true)
+  local o, bootstrap, security = options.client(opts)
   local now, sleep = ksocket.clock(opts)
   return setmetatable({
     opts = opts,
-    client_id = opts.client_id or "lua-kafka",
+    o = o,               -- the options, checked, with their defaults (kafka.options)
+    client_id = o.client_id,
     bootstrap = bootstrap,
     conns = {},          -- node id -> connection
     boot_conns = {},     -- index -> connection (bootstrap brokers)
@@ -112,15 +49,15 @@ function _M.new(opts)
     wanted = {},         -- topics the cache should cover
     meta_time = -math.huge,
     refresh_time = -math.huge, -- the last refresh attempt
-    metadata_max_age_ms = int(WHERE, "metadata_max_age_ms", opts.metadata_max_age_ms, 300000, 0),
-    default_api_timeout_ms = opts.default_api_timeout_ms or 60000,
-    retry_backoff_ms = backoff_ms,
-    retry_backoff_max_ms = backoff_max,
-    max_retries = int(WHERE, "max_retries", opts.max_retries, nil, 0),
-    reconnect_backoff_ms = reconnect_ms,
-    reconnect_backoff_max_ms = reconnect_max,
-    auto_create = check.bool(WHERE, "allow_auto_topic_creation", opts.allow_auto_topic_creation, true),
-    security = sasl.config(opts), -- security_protocol, sasl_*, ssl_* (README: Security)
+    metadata_max_age_ms = o.metadata_max_age_ms,
+    default_api_timeout_ms = o.default_api_timeout_ms,
+    retry_backoff_ms = o.retry_backoff_ms,
+    retry_backoff_max_ms = o.retry_backoff_max_ms,
+    max_retries = o.max_retries,
+    reconnect_backoff_ms = o.reconnect_backoff_ms,
+    reconnect_backoff_max_ms = o.reconnect_backoff_max_ms,
+    auto_create = o.allow_auto_topic_creation,
+    security = security, -- TLS and SASL settings (kafka.options), nil for PLAINTEXT
     now = now,
     sleep = sleep,
     cluster_id = nil,
@@ -149,7 +86,7 @@ function _M:transport()
 end
 
 function _M:_new_conn(host, port, node_id)
-  local o = self.opts
+  local o = self.o
   return connection.new {
     host = host, port = port, node_id = node_id, client_id = self.client_id,
     request_timeout_ms = o.request_timeout_ms, connect_timeout_ms = o.connect_timeout_ms,

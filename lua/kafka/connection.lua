@@ -76,7 +76,7 @@ function _M.new(opts)
     receive_message_max_bytes = opts.receive_message_max_bytes or 100000000,
     factory = ksocket.factory(opts),
     now = now,
-    security = opts.security, -- kafka.sasl.config(): TLS and SASL settings, nil for PLAINTEXT
+    security = opts.security, -- kafka.options.security(): TLS and SASL settings, nil for PLAINTEXT
     use_api_versions = opts.api_versions ~= false,
     max_versions = opts.max_versions or {},
     fallback_versions = opts.fallback_versions or FALLBACK,

@@ -11,11 +11,12 @@
 --   c:commit()                      -- the positions of every owned partition
 --   c:close()                       -- commits (enable_auto_commit), revokes, leaves
 --
--- Options: see README.md (fetch options, group options) - validated here.
+-- Options: kafka.options (docs/options.md).
 -- How poll reports errors: see poll() below and the README.
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 local check = require "kafka.check"
+local options = require "kafka.options"
 local fetcher_mod = require "kafka.fetcher"
 local offsets_mod = require "kafka.offsets"
 local group = require "kafka.group"
@@ -30,77 +31,48 @@ local _M = {}
 local mt = { __index = _M }
 
 local WHERE = "kafka.consumer.new"
-local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
 local OFFSET_WORDS = { "earliest", "latest", "committed", -1, -2 }
-local STRATEGIES = { "range", "roundrobin", "cooperative-sticky" }
 
-local function strategies(v)
-  if v == nil then return { "range", "cooperative-sticky" } end
-  local list = v
-  if type(v) == "string" then
-    list = {}
-    for s in v:gmatch("[^,%s]+") do list[#list + 1] = s end
-  end
-  if type(list) ~= "table" or #list == 0 then
-    check.fail(WHERE, "partition_assignment_strategy", 'a name or a list of "range", "roundrobin", '
-      .. '"cooperative-sticky"', v)
-  end
-  for i, s in ipairs(list) do
-    check.oneof(WHERE, ("partition_assignment_strategy[%d]"):format(i), s, nil, STRATEGIES)
-  end
-  return list
-end
-
+-- new(client_or_client_opts [, opts]) -> a consumer; raises on misuse (kafka.options.consumer)
 function _M.new(client_or_opts, opts)
   local client, own = client_mod.ensure(client_or_opts, WHERE)
-  opts = check.opts(WHERE, opts)
-  local int, typed, bool = check.int, check.typed, check.bool
+  local o = options.consumer(opts, client)
   local self = setmetatable({
     client = client,
     own_client = own,
-    group_id = typed(WHERE, "group_id", opts.group_id, nil, "string"),
-    auto_offset_reset = check.oneof(WHERE, "auto_offset_reset", opts.auto_offset_reset, "latest",
-      { "latest", "earliest", "error" }),
-    fetch_max_wait_ms = int(WHERE, "fetch_max_wait_ms", opts.fetch_max_wait_ms, 500, 0),
-    fetch_min_bytes = int(WHERE, "fetch_min_bytes", opts.fetch_min_bytes, 1, 0),
-    fetch_max_bytes = int(WHERE, "fetch_max_bytes", opts.fetch_max_bytes, 8388608, 1),
-    max_partition_fetch_bytes = int(WHERE, "max_partition_fetch_bytes", opts.max_partition_fetch_bytes, 1048576, 1),
-    isolation_level = ISOLATION[check.oneof(WHERE, "isolation_level", opts.isolation_level, 0,
-      { 0, 1, "read_uncommitted", "read_committed" })],
-    decode_opts = { check_crc = bool(WHERE, "check_crcs", opts.check_crcs, true),
-                    max_decompressed = int(WHERE, "max_decompressed", opts.max_decompressed, nil, 0),
+    group_id = o.group_id,
+    auto_offset_reset = o.auto_offset_reset,
+    fetch_max_wait_ms = o.fetch_max_wait_ms,
+    fetch_min_bytes = o.fetch_min_bytes,
+    fetch_max_bytes = o.fetch_max_bytes,
+    max_partition_fetch_bytes = o.max_partition_fetch_bytes,
+    isolation_level = o.isolation_level,
+    decode_opts = { check_crc = o.check_crcs, max_decompressed = o.max_decompressed,
                     skip_control = true, batches = false, stop_at_error = true },
-    retry_backoff_ms = int(WHERE, "retry_backoff_ms", opts.retry_backoff_ms, client.retry_backoff_ms, 0),
+    retry_backoff_ms = o.retry_backoff_ms,
     -- 500, Kafka's max.poll.records: a poll's messages then die young in
     -- Lua 5.4's generational collector (10000 survived its minor
     -- collections and went through its full ones: 1.3x slower consuming)
-    max_poll_records = int(WHERE, "max_poll_records", opts.max_poll_records, 500, 1),
-    enable_auto_commit = bool(WHERE, "enable_auto_commit", opts.enable_auto_commit, true),
-    auto_commit_interval_ms = int(WHERE, "auto_commit_interval_ms", opts.auto_commit_interval_ms, 5000, 0),
+    max_poll_records = o.max_poll_records,
+    enable_auto_commit = o.enable_auto_commit,
+    auto_commit_interval_ms = o.auto_commit_interval_ms,
     callback_errors = {},
     in_callback = false,
     group = nil,
   }, mt)
-  local session = int(WHERE, "session_timeout_ms", opts.session_timeout_ms, 45000, 1)
-  local hb = int(WHERE, "heartbeat_interval_ms", opts.heartbeat_interval_ms, 3000, 1)
-  if hb >= session then
-    error(("%s: heartbeat_interval_ms (%d) must be lower than session_timeout_ms (%d)"):format(WHERE, hb, session), 2)
-  end
-  local poll_interval = int(WHERE, "max_poll_interval_ms", opts.max_poll_interval_ms, 300000, 1)
   self.group_cfg = {
-    group_protocol = check.oneof(WHERE, "group_protocol", opts.group_protocol, nil, { "classic", "consumer" }),
-    partition_assignment_strategy = strategies(opts.partition_assignment_strategy),
-    group_remote_assignor = typed(WHERE, "group_remote_assignor", opts.group_remote_assignor, nil, "string"),
-    session_timeout_ms = session,
-    heartbeat_interval_ms = hb,
-    max_poll_interval_ms = poll_interval,
-    rebalance_timeout_ms = int(WHERE, "rebalance_timeout_ms", opts.rebalance_timeout_ms, poll_interval, 1),
-    group_instance_id = typed(WHERE, "group_instance_id", opts.group_instance_id, nil, "string"),
-    on_assign = typed(WHERE, "on_assign", opts.on_assign, nil, "function"),
-    on_revoke = typed(WHERE, "on_revoke", opts.on_revoke, nil, "function"),
-    on_lost = typed(WHERE, "on_lost", opts.on_lost, nil, "function"),
+    group_protocol = o.group_protocol,
+    partition_assignment_strategy = o.partition_assignment_strategy,
+    group_remote_assignor = o.group_remote_assignor,
+    session_timeout_ms = o.session_timeout_ms,
+    heartbeat_interval_ms = o.heartbeat_interval_ms,
+    max_poll_interval_ms = o.max_poll_interval_ms,
+    rebalance_timeout_ms = o.rebalance_timeout_ms,
+    group_instance_id = o.group_instance_id,
+    on_assign = o.on_assign,
+    on_revoke = o.on_revoke,
+    on_lost = o.on_lost,
   }
-  if self.group_cfg.group_instance_id == "" then check.fail(WHERE, "group_instance_id", "a non-empty string", "") end
   self.fetcher = fetcher_mod.new(client, self)
   self.offsets = self.group_id and offsets_mod.new(client, self.group_id) or nil
   self.next_auto_commit = client.now() + self.auto_commit_interval_ms

@@ -286,7 +286,7 @@ end
 -- over the member's connection, answered by a later step()
 function Member:send(api, body, extra_ms, what)
   local client = self.client
-  local deadline = client.now() + (client.opts.request_timeout_ms or 30000)
+  local deadline = client.now() + client.o.request_timeout_ms
   local c, err, code, kcode = self.offsets:coordinator(deadline, self.pool)
   if not c then return nil, err, code, kcode end
   local v

@@ -1,6 +1,6 @@
--- kafka.sasl: the SASL mechanisms, and the security options' validation.
+-- kafka.sasl: the SASL mechanisms (the security options and their rules
+-- are kafka.options').
 --
---   local sec = sasl.config(opts)           -- validates the client's security options (raises on misuse)
 --   local m, err = sasl.start(sec.sasl, now) -- a fresh state machine for one exchange
 --
 -- Mechanisms are small state machines: the connection (kafka.connection,
@@ -11,124 +11,13 @@
 -- (RFC 7628, Kafka's KIP-255/KIP-342 framing; the token from
 -- sasl_oauthbearer_token, refreshed at 80% of its lifetime).
 local proto = require "kafka.proto"
-local ksocket = require "kafka.socket"
 
 local crypto = proto.crypto
-local math, table, io = math, table, io
+local math, table = math, table
 local error, ipairs, pairs, pcall, setmetatable = error, ipairs, pairs, pcall, setmetatable
 local tostring, tonumber, type = tostring, tonumber, type
 
 local _M = {}
-
-local PROTOCOLS = { PLAINTEXT = { false, false }, SSL = { true, false }, SASL_PLAINTEXT = { false, true },
-                    SASL_SSL = { true, true } }
-local KNOWN = { sasl_mechanism = true, sasl_username = true, sasl_password = true, sasl_oauthbearer_token = true,
-                ssl_ca_location = true, ssl_certificate_location = true, ssl_key_location = true,
-                ssl_key_password = true, ssl_endpoint_identification = true }
-local MECHANISMS = { PLAIN = true, ["SCRAM-SHA-256"] = true, ["SCRAM-SHA-512"] = true, OAUTHBEARER = true }
-
----------------------------------------------------------------- options
-
-local function fail_opt(name, msg) error("kafka.client.new: " .. name .. " " .. msg, 4) end
-
-local function opt_string(opts, name)
-  local v = opts[name]
-  if v ~= nil and (type(v) ~= "string" or v == "") then fail_opt(name, "must be a non-empty string") end
-  return v
-end
-
-local function opt_file(opts, name)
-  local v = opt_string(opts, name)
-  if v then
-    local f, err = io.open(v, "rb")
-    if not f then fail_opt(name, "cannot be read: " .. tostring(err)) end
-    f:close()
-  end
-  return v
-end
-
--- config(opts) -> the security settings every connection of a client
--- shares, or nil for PLAINTEXT. Raises, naming the option, on misuse.
-function _M.config(opts)
-  local proto_name = opts.security_protocol
-  if proto_name ~= nil and type(proto_name) ~= "string" then fail_opt("security_protocol", "must be a string") end
-  proto_name = proto_name and proto_name:upper() or "PLAINTEXT"
-  local kind = PROTOCOLS[proto_name]
-  if not kind then
-    fail_opt("security_protocol", ("must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (got %q)"):format(proto_name))
-  end
-  local use_tls, use_sasl = kind[1], kind[2]
-  for k in pairs(opts) do
-    if type(k) == "string" then
-      if (k:match("^sasl_") or k:match("^ssl_")) and not KNOWN[k] then
-        fail_opt(k, "is not an option (a typo?)")
-      elseif k:match("^sasl_") and not use_sasl then
-        fail_opt(k, "is set but security_protocol is " .. proto_name .. " (SASL_PLAINTEXT or SASL_SSL use it)")
-      elseif k:match("^ssl_") and not use_tls then
-        fail_opt(k, "is set but security_protocol is " .. proto_name .. " (SSL or SASL_SSL use it)")
-      end
-    end
-  end
-  if not use_tls and not use_sasl then return nil end
-  local sec = { protocol = proto_name }
-  sec.now = ksocket.clock(opts)
-  if use_tls then
-    local tls = { protocol = proto_name }
-    tls.ca = opt_file(opts, "ssl_ca_location")
-    tls.certificate = opt_file(opts, "ssl_certificate_location")
-    tls.key = opt_file(opts, "ssl_key_location")
-    tls.key_password = opt_string(opts, "ssl_key_password")
-    if (tls.certificate == nil) ~= (tls.key == nil) then
-      fail_opt(tls.certificate and "ssl_key_location" or "ssl_certificate_location",
-        "is required with " .. (tls.certificate and "ssl_certificate_location" or "ssl_key_location"))
-    end
-    if tls.key_password and not tls.key then fail_opt("ssl_key_password", "needs ssl_key_location") end
-    local ident = opts.ssl_endpoint_identification
-    if ident == nil then ident = "https" end
-    if type(ident) ~= "string" then fail_opt("ssl_endpoint_identification", 'must be "https" or "none"') end
-    ident = ident:lower()
-    if ident ~= "https" and ident ~= "none" and ident ~= "" then
-      fail_opt("ssl_endpoint_identification", ('must be "https" or "none" (got %q)'):format(ident))
-    end
-    tls.verify_host = ident == "https"
-    sec.tls = tls
-  end
-  if use_sasl then
-    local mech = opts.sasl_mechanism
-    if mech == nil then
-      fail_opt("sasl_mechanism", "is required with " .. proto_name .. " (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)")
-    end
-    if type(mech) ~= "string" or not MECHANISMS[mech:upper()] then
-      fail_opt("sasl_mechanism", ("must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (got %s)"):format(
-        tostring(mech)))
-    end
-    mech = mech:upper()
-    local s = { mechanism = mech }
-    if mech == "OAUTHBEARER" then
-      if type(opts.sasl_oauthbearer_token) ~= "function" then
-        fail_opt("sasl_oauthbearer_token", "must be a function returning token, lifetime_ms [, extensions]")
-      end
-      if opts.sasl_username ~= nil or opts.sasl_password ~= nil then
-        fail_opt(opts.sasl_username ~= nil and "sasl_username" or "sasl_password",
-          "is not used by OAUTHBEARER (sasl_oauthbearer_token gives the token)")
-      end
-      s.token_fn = opts.sasl_oauthbearer_token
-    else
-      if opts.sasl_oauthbearer_token ~= nil then
-        fail_opt("sasl_oauthbearer_token", "is only used with sasl_mechanism OAUTHBEARER")
-      end
-      if type(opts.sasl_username) ~= "string" or opts.sasl_username == "" then
-        fail_opt("sasl_username", "is required with " .. mech .. " (a non-empty string)")
-      end
-      if type(opts.sasl_password) ~= "string" then
-        fail_opt("sasl_password", "is required with " .. mech .. " (a string)")
-      end
-      s.username, s.password = opts.sasl_username, opts.sasl_password
-    end
-    sec.sasl = s
-  end
-  return sec
-end
 
 ---------------------------------------------------------------- mechanisms
 
@@ -272,7 +161,7 @@ local function token(s, now)
 end
 
 -- start(s, now) -> a new state machine for one exchange with the settings
--- of sasl.config (s = sec.sasl), or nil, err when the token cannot be had
+-- of kafka.options.security (s = sec.sasl), or nil, err when the token cannot be had
 function _M.start(s, now)
   local opts
   if s.mechanism == "OAUTHBEARER" then

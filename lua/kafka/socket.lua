@@ -173,7 +173,7 @@ local function is_ip(host)
   return host:match("^%d+%.%d+%.%d+%.%d+$") ~= nil or host:find(":", 1, true) ~= nil
 end
 
--- The LuaSec context of a tls config (see sasl.config), made once.
+-- The LuaSec context of a tls config (see kafka.options.security), made once.
 local function luasec_context(tls)
   if tls._ctx then return tls._ctx end
   if not ssl then
@@ -313,7 +313,7 @@ function _M.tls(sock, host, port, tls, timeout_ms)
 end
 
 -- secure(sock, host, port, security, timeout_ms) -> true | nil, err: the
--- TLS handshake when the security settings (kafka.sasl.config) ask for it.
+-- TLS handshake when the security settings (kafka.options.security) ask for it.
 function _M.secure(sock, host, port, security, timeout_ms)
   if not security or not security.tls then return true end
   return _M.tls(sock, host, port, security.tls, timeout_ms)
