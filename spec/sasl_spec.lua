@@ -289,6 +289,10 @@ describe("security options", function()
     raises("ssl_ca_locaton is not an option", { security_protocol = "SSL", ssl_ca_locaton = cert })
     raises('ssl_endpoint_identification must be "https" or "none"',
       { security_protocol = "SSL", ssl_endpoint_identification = "yes" })
+    raises("enable_ssl_certificate_verification is set but security_protocol is PLAINTEXT",
+      { enable_ssl_certificate_verification = false })
+    raises("enable_ssl_certificate_verification must be a boolean",
+      { security_protocol = "SSL", enable_ssl_certificate_verification = "no" })
   end)
 
   it("keeps what every connection needs", function()
@@ -299,6 +303,11 @@ describe("security options", function()
     assert.equal(cert, c.security.tls.ca)
     assert.is_false(c.security.tls.verify_host)
     assert.is_true(new({ security_protocol = "SSL" }).security.tls.verify_host)
+    assert.is_true(new({ security_protocol = "SSL" }).security.tls.verify_chain)
+    -- no chain verification: no host name check either
+    local nv = new({ security_protocol = "SSL", enable_ssl_certificate_verification = false }).security.tls
+    assert.is_false(nv.verify_chain)
+    assert.is_false(nv.verify_host)
     -- the connections the client makes carry them (bootstrap and learned ones)
     assert.equal(c.security, c:_new_conn("h", 1).security)
     assert.equal(c.security, c:_new_conn("h", 2, 7).security)

@@ -152,6 +152,17 @@ describe("TLS and SASL, Kafka " .. version, function()
       sasl_username = "alice", sasl_password = "alice-secret" }), "ssl", "not trusted")
   end)
 
+  it("with enable_ssl_certificate_verification = false takes any certificate (lua-resty-kafka's ssl_verify = false)", function()
+    -- the same untrusted CA and a name outside the certificate: encrypted, not verified
+    local port = k.ports[1].SSL
+    local c = kafka.client.new(opts("SSL", { brokers = "wrong.invalid:" .. port, ssl_ca_location = dir .. "/other-ca.pem",
+      socket = counting({ n = 0 }, "127.0.0.1"), enable_ssl_certificate_verification = false }))
+    local md, err = c:metadata {}
+    assert.truthy(md, err)
+    assert.is_true(c.boot_conns[1].sock.tls) -- it did speak TLS
+    c:close()
+  end)
+
   it("checks the host name: a name or address outside the certificate is refused unless identification is none", function()
     local port = k.ports[1].SSL
     local n = { n = 0 }

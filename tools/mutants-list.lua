@@ -617,6 +617,11 @@ return {
     spec = "spec/mock_spec.lua", filter = "freeze", timeout = 60,
     ci = true, promise = "kafka.mock: freeze(id, true) fails the broker's partitions over at once" },
   -- issue 29: one declaration per option ------------------------------------
+  { name = "tls-no-verify-ignored", file = "lua/kafka/socket.lua",
+    find = [[    verify = tls.verify_chain and "peer" or "none",]],
+    replace = [[    verify = "peer",]],
+    spec = "spec/security_spec.lua", filter = "enable_ssl_certificate_verification", env = K,
+    promise = "enable_ssl_certificate_verification = false connects to a broker whose certificate is not trusted" },
   { name = "options-doc-stale", file = "lua/kafka/options.lua",
     find = [[type = "int", default = 30000, min = 1, kafka = "request.timeout.ms",]],
     replace = [[type = "int", default = 20000, min = 1, kafka = "request.timeout.ms",]],

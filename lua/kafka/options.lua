@@ -107,10 +107,14 @@ local CLIENT = check.declare("kafka.client.new", {
   { name = "ssl_endpoint_identification", rules = true, type = "string", default = "https",
     kafka = "ssl.endpoint.identification.algorithm",
     doc = '"https": the broker\'s certificate must name the host connected to; "none": chain verified, name not' },
+  { name = "enable_ssl_certificate_verification", rules = true, type = "bool", default = true,
+    kafka = "enable.ssl.certificate.verification", librdkafka = true,
+    doc = "false: the broker's certificate is not verified at all (encrypted, not authenticated)" },
 })
 CLIENT.intro = "The client's options; consumer.new and producer.new take them too, in place of a client. " ..
-  "The security options (security_protocol, sasl_*, ssl_*) are checked by their rules: each only with a " ..
-  "protocol that uses it, a certificate with its key, readable files, what the mechanism needs."
+  "The security options (security_protocol, sasl_*, ssl_*, enable_ssl_certificate_verification) are " ..
+  "checked by their rules: each only with a protocol that uses it, a certificate with its key, readable " ..
+  "files, what the mechanism needs."
 _M.CLIENT = CLIENT
 
 local WHERE = "kafka.client.new"
@@ -154,6 +158,12 @@ local function security(opts)
     fail_opt("security_protocol", ("must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (got %q)"):format(proto_name))
   end
   local use_tls, use_sasl = kind[1], kind[2]
+  local verify = opts.enable_ssl_certificate_verification
+  if verify ~= nil and type(verify) ~= "boolean" then fail_opt("enable_ssl_certificate_verification", "must be a boolean") end
+  if verify ~= nil and not use_tls then
+    fail_opt("enable_ssl_certificate_verification", "is set but security_protocol is " .. proto_name
+      .. " (SSL or SASL_SSL use it)")
+  end
   for k in pairs(opts) do
     if type(k) == "string" then
       if (k:match("^sasl_") or k:match("^ssl_")) and not KNOWN[k] then
@@ -186,7 +196,8 @@ local function security(opts)
     if ident ~= "https" and ident ~= "none" and ident ~= "" then
       fail_opt("ssl_endpoint_identification", ('must be "https" or "none" (got %q)'):format(ident))
     end
-    tls.verify_host = ident == "https"
+    tls.verify_chain = verify ~= false
+    tls.verify_host = ident == "https" and tls.verify_chain
     sec.tls = tls
   end
   if use_sasl then

@@ -185,10 +185,10 @@ local function luasec_context(tls)
     mode = "client",
     protocol = "any",
     options = { "all", "no_sslv2", "no_sslv3", "no_tlsv1", "no_tlsv1_1" },
-    verify = "peer",
+    verify = tls.verify_chain and "peer" or "none",
     -- verification errors are collected (getpeerverification) and refused
     -- right after the handshake, so the error can name the reason
-    verifyext = { "lsec_continue" },
+    verifyext = tls.verify_chain and { "lsec_continue" } or nil,
     certificate = tls.certificate,
     key = tls.key,
     password = tls.key_password,
@@ -246,7 +246,7 @@ function ls_mt:tls_handshake(host, port, tls, timeout_ms)
     return nil, ("TLS handshake with %s:%s failed: %s"):format(host, tostring(port), tostring(err))
   end
   local verified, errs = conn:getpeerverification()
-  if not verified then
+  if not verified and tls.verify_chain then
     return nil, ("TLS: the certificate of %s:%s is not trusted: %s (ssl_ca_location: %s)"):format(host, tostring(port),
       verify_errors(errs), tostring(tls.ca or "the system's CAs"))
   end
@@ -297,7 +297,7 @@ local function cosocket_handshake(sock, host, port, tls)
     end
     name = host
   end
-  local ok, err = sock:sslhandshake(false, name, true)
+  local ok, err = sock:sslhandshake(false, name, tls.verify_chain)
   if not ok then
     return nil, ("TLS handshake with %s:%s failed: %s"):format(host, tostring(port), tostring(err))
   end
