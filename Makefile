@@ -42,7 +42,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: options-doc mutants mutants-ci chaos all test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: options-doc mutants mutants-ci chaos all docs test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -228,6 +228,14 @@ bench: all $(MOCKBROKER) build/bench/floor build/bench/rdkafka_bench
 gen:
 	@test -n "$(KAFKA_DEFS)" || { echo "usage: make gen KAFKA_DEFS=\"dir-3.9 dir-4.1\" (each a common/message folder, oldest first)"; exit 2; }
 	python3 tools/gen-apis.py $(KAFKA_DEFS) > csrc/apis.c.tmp && mv csrc/apis.c.tmp csrc/apis.c || { rm -f csrc/apis.c.tmp; exit 1; }
+
+# The API reference from the doc comments (LDoc, config.ld) into build/docs/api
+# (generated, not committed; any LDoc warning fails it), and docs/options.md
+# from the option declarations.
+docs: options-doc
+	@command -v ldoc >/dev/null 2>&1 || tools/deps.sh test
+	rm -rf build/docs/api
+	ldoc --fatalwarnings .
 
 clean:
 	rm -rf build

@@ -6,9 +6,9 @@
 -- MODE "transactional": a transactional_id, one transaction per TXN_MSGS
 -- messages (begin, sends, commit_transaction), read back read_committed.
 -- MODE "sasl_ssl" CA_PEM USER PASSWORD: the producer's default over SASL_SSL
--- with SCRAM-SHA-512 (README: Security), ops named produce_sasl_ssl / consume_sasl_ssl.
+-- with SCRAM-SHA-512 (docs/security.md), ops named produce_sasl_ssl / consume_sasl_ssl.
 -- BENCH_GC=incremental|generational: Lua 5.4's collector mode for the run
--- (the lua5.4 interpreter starts in generational mode; README: Benchmarks)
+-- (the lua5.4 interpreter starts in generational mode; docs/development.md: Benchmarks)
 if os.getenv("BENCH_GC") and os.getenv("BENCH_GC") ~= "" then collectgarbage(os.getenv("BENCH_GC")) end
 local kafka = require "kafka"
 local socket = require "socket"

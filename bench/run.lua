@@ -655,7 +655,7 @@ if want("mock") then
   for _, r in ipairs(e2e_mem) do t[#t + 1] = r end
   t[#t + 1] = ""
   t[#t + 1] = "Lua 5.4's collector: the lua5.4 interpreter starts in generational mode (the columns above);"
-  t[#t + 1] = "the same runs with collectgarbage(\"incremental\") first (README: Benchmarks), same mock and run:"
+  t[#t + 1] = "the same runs with collectgarbage(\"incremental\") first (docs/development.md: Benchmarks), same mock and run:"
   t[#t + 1] = ""
   t[#t + 1] = "| Lua 5.4 GC mode (mock) | generational (lua5.4's default) | incremental | incremental / generational "
     .. "| incremental / librdkafka |"

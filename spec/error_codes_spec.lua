@@ -1,4 +1,4 @@
--- One list of the library's error codes: kafka.errors.codes, the README's
+-- One list of the library's error codes: kafka.errors.codes, docs/codec.md's
 -- table, and the code strings the modules of lua/kafka/ return agree.
 local errors = require "kafka.errors"
 
@@ -12,10 +12,10 @@ local function lines(path)
   return t
 end
 
--- the codes in the README's "Error codes" table
+-- the codes in docs/codec.md's "Error codes" table
 local function readme_codes()
   local codes, inside = {}, false
-  for _, l in ipairs(lines(root .. "/README.md")) do
+  for _, l in ipairs(lines(root .. "/docs/codec.md")) do
     if l:match("^### Error codes") then inside = true
     elseif inside and l:match("^#") then break
     elseif inside then
@@ -50,10 +50,10 @@ local function source_codes()
 end
 
 describe("error codes", function()
-  it("the README's table lists exactly kafka.errors.codes", function()
+  it("docs/codec.md's table lists exactly kafka.errors.codes", function()
     local readme = readme_codes()
-    for c in pairs(errors.codes) do assert.is_true(readme[c] == true, c .. " is not in the README's table") end
-    for c in pairs(readme) do assert.is_string(errors.codes[c], c .. " is in the README but not in kafka.errors.codes") end
+    for c in pairs(errors.codes) do assert.is_true(readme[c] == true, c .. " is not in docs/codec.md's table") end
+    for c in pairs(readme) do assert.is_string(errors.codes[c], c .. " is in docs/codec.md but not in kafka.errors.codes") end
   end)
 
   it("every code string the modules return is in kafka.errors.codes", function()

@@ -80,7 +80,7 @@ describe("fuzz regressions", function()
       end
     end)
   else
-    -- Lua 5.1 / LuaJIT: int64 values are doubles (README "64-bit values")
+    -- Lua 5.1 / LuaJIT: int64 values are doubles (docs/client.md, "64-bit values")
     it("int64 as doubles: exact to 2^53, the range's ends wrap and decode to the nearest double", function()
       local top = 2 ^ 63 - 1024 -- the largest double inside int64
       local msgs = { { value = "a", timestamp = top }, { value = "b", timestamp = -2 ^ 63 },

@@ -1,6 +1,6 @@
 -- lua-kafka inside nginx (Debian's nginx + lua-nginx-module + lua-resty-core,
 -- LuaJIT 2.1) against librdkafka's 3-broker mock cluster: nginx runs a copy
--- of examples/openresty/nginx.conf (the README's config; only paths, the
+-- of examples/openresty/nginx.conf (docs/openresty.md's config; only paths, the
 -- port and spec/nginx/locations.conf are filled in), two workers, each with
 -- its own producer made in init_worker. Messages are consumed back from
 -- this process with lua-kafka and counted by request id (from nginx's

@@ -15,10 +15,10 @@ what="${1:-test}"
 # KAFKA_DEMO=mock) and a JDK with Maven (the real broker the demo starts).
 DEMO="build-essential pkg-config lua5.4 liblua5.4-dev lua-socket zlib1g-dev libsnappy-dev liblz4-dev
   libzstd-dev libssl-dev librdkafka-dev openssl"
-# The tests: every Lua the suite runs on, busted and luacheck, TLS (LuaSec),
-# the peers (kcat, kafka-python with its codecs, nginx with lua-nginx-module
-# and wrk for the OpenResty specs).
-TEST="$DEMO lua5.3 liblua5.3-dev lua5.1 liblua5.1-0-dev luarocks lua-busted lua-check lua-sec
+# The tests: every Lua the suite runs on, busted and luacheck, LDoc (make
+# docs), TLS (LuaSec), the peers (kcat, kafka-python with its codecs, nginx
+# with lua-nginx-module and wrk for the OpenResty specs).
+TEST="$DEMO lua5.3 liblua5.3-dev lua5.1 liblua5.1-0-dev luarocks lua-busted lua-check lua-ldoc lua-sec
   luajit2 libluajit2-5.1-dev kcat nginx libnginx-mod-http-lua lua-resty-core apache2-utils wrk
   python3-kafka python3-snappy python3-lz4 python3-xxhash python3-zstandard python3-crc32c"
 # CI's extra targets: sanitizers, valgrind, fuzzing (clang), cppcheck.

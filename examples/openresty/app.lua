@@ -1,6 +1,6 @@
 -- examples/openresty/app.lua: lua-kafka in nginx (lua-nginx-module), the
--- per-worker producer pattern (see nginx.conf next to it and the README's
--- "OpenResty" section).
+-- per-worker producer pattern (see nginx.conf next to it and
+-- docs/openresty.md).
 --
 --   app.init_worker()   in init_worker_by_lua: this worker's producer, and
 --                       a consumer timer in worker 0 when KAFKA_CONSUME_TOPIC is set
@@ -109,7 +109,7 @@ end
 
 local function line()
   local s = producer:stats()
-  -- a sender that cannot go on says why ("fatal" / "crashed": README, OpenResty)
+  -- a sender that cannot go on says why ("fatal" / "crashed": docs/openresty.md)
   return ("pid=%d state=%s buffered=%d in_flight=%d transport=%s background=%s%s"):format(ngx.worker.pid(), s.state,
     s.buffered, s.in_flight, tostring(s.transport), tostring(s.background),
     s.code and (" code=%s err=%s"):format(s.code, tostring(s.err):match("[^\n]*")) or "")

@@ -1,4 +1,4 @@
--- kafka.client: the cluster. Bootstraps from seed brokers, keeps a metadata
+--- kafka.client: the cluster. Bootstraps from seed brokers, keeps a metadata
 -- cache (refreshed on retriable errors and when older than
 -- metadata_max_age_ms), routes to partition leaders, keeps one connection
 -- per broker and reconnects with backoff when a broker comes back. It is
@@ -16,6 +16,7 @@
 --
 -- A broker in its reconnect backoff is refused with code "backoff" (nothing
 -- was tried): retry loops wait for it without counting an attempt.
+-- @module kafka.client
 local proto = require "kafka.proto"
 local connection = require "kafka.connection"
 local ksocket = require "kafka.socket"
@@ -31,7 +32,11 @@ local tostring, type, ipairs, pairs, next = tostring, type, ipairs, pairs, next
 local _M = {}
 local mt = { __index = _M }
 
--- new(opts) -> a client; raises on misuse (kafka.options.client)
+--- Makes a client: nothing is connected until the first request needs a broker.
+-- Options: docs/options.md (kafka.options); misuse raises, naming the option.
+-- @tparam table opts the client's options (`brokers` required)
+-- @treturn table the client
+-- @usage local client = kafka.client.new { brokers = "127.0.0.1:9092", client_id = "me" }
 function _M.new(opts)
   local o, bootstrap, security = options.client(opts)
   local now, sleep = ksocket.clock(opts)
@@ -66,17 +71,19 @@ function _M.new(opts)
   }, mt)
 end
 
--- clone() -> a new client with the same options and nothing else: its own
+--- A new client with the same options and nothing else: its own
 -- connections and metadata cache (in nginx a producer's background sender
 -- works through one, so no connection is shared with request handlers or
 -- other timers).
+-- @treturn table the new client
 function _M:clone()
   return _M.new(self.opts)
 end
 
--- transport() -> "cosocket", "luasocket", "custom" (several joined by "+")
--- or nil: the kind of every socket this client's connections actually
--- opened (checked on the socket objects), and the counts by kind.
+--- What the sockets this client's connections opened actually are
+-- (checked on the socket objects).
+-- @treturn ?string "cosocket", "luasocket" or "custom" (several joined by "+"), nil before any
+-- @treturn table the counts of sockets opened, by kind
 function _M:transport()
   local kinds = {}
   for k in pairs(self.transports) do kinds[#kinds + 1] = k end
@@ -97,8 +104,10 @@ function _M:_new_conn(host, port, node_id)
   }
 end
 
--- backoff(attempt) -> ms to wait before retry number `attempt` (1, 2, ...):
--- retry_backoff_ms doubling up to retry_backoff_max_ms.
+--- The wait before retry number `attempt`: retry_backoff_ms doubling up to
+-- retry_backoff_max_ms.
+-- @tparam integer attempt 1, 2, ...
+-- @treturn number ms
 function _M:backoff(attempt)
   local b = self.retry_backoff_ms * 2 ^ ((attempt or 1) - 1)
   if b > self.retry_backoff_max_ms then b = self.retry_backoff_max_ms end
@@ -133,7 +142,8 @@ function _M:_ready(c, deadline)
   return c
 end
 
--- next_ready() -> the earliest time a broker now in backoff may be tried again
+--- The earliest time a broker now in reconnect backoff may be tried again.
+-- @treturn number a time of the client's clock (ms)
 function _M:next_ready()
   local t, now = math.huge, self.now()
   for _, du in pairs(self.down_until) do
@@ -142,11 +152,13 @@ function _M:next_ready()
   return t
 end
 
--- broker(node_id [, deadline [, pool]]) -> a connected connection to that
--- broker | nil, err, code. pool: a table node id -> connection owned by the
--- caller (the consumer keeps its Fetch connections apart, so a Fetch
--- waiting on the broker never holds up other requests); default: the
--- client's own connections.
+--- A connected connection to one broker.
+-- @tparam integer node_id the broker's id, as the metadata lists it
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @tparam[opt] table pool node id -> connection, owned by the caller (the consumer
+-- keeps its Fetch connections apart, so a Fetch waiting on the broker never holds
+-- up other requests); default: the client's own connections
+-- @return the kafka.connection, or nil, err, code ("metadata" for an unknown id)
 function _M:broker(node_id, deadline, pool)
   local b = self.brokers[node_id]
   if not b then return nil, "unknown broker id " .. tostring(node_id), "metadata" end
@@ -200,14 +212,19 @@ function _M:_each_broker(deadline, fn)
   return nil, "no broker reachable: " .. tostring(last_err), all_backoff and "backoff" or last_code
 end
 
--- any_broker([deadline]) -> some connected connection | nil, err, code
+--- Some connected connection (bootstrap or known broker).
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @return a kafka.connection, or nil, err, code
 function _M:any_broker(deadline)
   return self:_each_broker(deadline, function(c) return c end)
 end
 
--- refresh(topics [, deadline]) -> true | nil, err, code: one Metadata
--- request for the given topics plus every topic already cached, to the
--- first broker that answers (one pass over the brokers, no waiting).
+--- One Metadata request for the given topics plus every topic already
+-- cached, to the first broker that answers (one pass over the brokers, no
+-- waiting).
+-- @tparam[opt] {string,...} topics topics to add
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @return true, or nil, err, code
 function _M:refresh(topics, deadline)
   for _, t in ipairs(topics or {}) do self.wanted[t] = true end
   local names = {}
@@ -308,15 +325,15 @@ local RETRIABLE = { network = true, timeout = true, backoff = true, retriable = 
                     protocol = true, metadata = true }
 _M.RETRIABLE = RETRIABLE
 
--- call(fn [, o]) -> fn's result | nil, err, code, kafka_code: the retry
--- service. fn(deadline, attempt) returns a result, or nil, err, code,
--- kafka_code, retriable (retriable defaults to whether code is one of
--- RETRIABLE). Retries wait backoff(attempt); a "backoff" refusal waits for
--- the broker's backoff to end and is not counted as an attempt. Gives up
--- at the deadline (o.timeout_ms, default default_api_timeout_ms) or after
--- max_retries counted attempts (o.max_retries, default the client's: nil,
--- unlimited). o.on_retry(code) runs before each retry (e.g. invalidate);
--- o.backoff(kafka_code, attempt) -> ms | nil overrides a retry's wait.
+--- The retry service: runs fn until it returns a result or a non-retriable
+-- error. Retries wait `backoff(attempt)`; a "backoff" refusal waits for the
+-- broker's backoff to end and is not counted as an attempt.
+-- @tparam function fn `fn(deadline, attempt)` returns a result, or nil, err, code,
+-- kafka_code, retriable (retriable defaults to whether code is a retriable one)
+-- @tparam[opt] table o `timeout_ms` (default default_api_timeout_ms), `max_retries`
+-- (default the client's: nil, unlimited), `on_retry(code)` (runs before each
+-- retry), `backoff(kafka_code, attempt)` -> ms or nil (overrides a retry's wait)
+-- @return fn's result, or nil, err, code, kafka_code
 function _M:call(fn, o)
   local deadline = self.now() + (o and o.timeout_ms or self.default_api_timeout_ms)
   local max = self.max_retries
@@ -344,8 +361,11 @@ function _M:call(fn, o)
   end
 end
 
--- metadata(topics) -> {brokers = {[id] = {host, port, rack}}, topics = {[name] = {...}},
--- cluster_id, controller_id} after a refresh | nil, err, code
+--- Refreshes the metadata and returns the cluster's view.
+-- @tparam[opt] {string,...} topics the topics to describe (nil: all cached ones)
+-- @treturn table `{brokers = {[id] = {host, port, rack}}, topics = {[name] = ...},
+-- cluster_id, controller_id}`, or nil, err, code
+-- @usage local md = assert(client:metadata { "events" })
 function _M:metadata(topics)
   if topics ~= nil and type(topics) ~= "table" then check.fail("metadata", "topics", "an array of names", topics) end
   local ok, err, code = self:call(function(deadline) return self:refresh(topics, deadline) end)
@@ -356,9 +376,12 @@ function _M:metadata(topics)
   return view
 end
 
--- topic(name [, deadline]) -> the cached topic, refreshed when missing,
--- errored or stale (at most once per retry_backoff_ms while a view is
--- cached) | nil, err, code ("unknown_topic" when the cluster does not have it).
+--- The cached topic, refreshed when missing, errored or stale (at most once
+-- per retry_backoff_ms while a view is cached).
+-- @tparam string name the topic
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @treturn table the topic's metadata, or nil, err, code ("unknown_topic" when the cluster
+-- does not have it)
 function _M:topic(name, deadline)
   local t = self.topics[name]
   local now = self.now()
@@ -394,7 +417,10 @@ function _M:topic(name, deadline)
   return t
 end
 
--- partitions(topic) -> number of partitions | nil, err, code
+--- The number of partitions of a topic (from the cache, refreshed when stale).
+-- @tparam string name the topic
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @treturn integer the count, or nil, err, code ("unknown_topic")
 function _M:partitions(name, deadline)
   if type(name) ~= "string" then check.fail("partitions", "topic", "a string", name) end
   local t, err, code = self:topic(name, deadline)
@@ -402,7 +428,11 @@ function _M:partitions(name, deadline)
   return t.count
 end
 
--- leader(topic, partition [, deadline]) -> node id | nil, err, code
+--- The leader of a partition.
+-- @tparam string name the topic
+-- @tparam integer partition the partition
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @treturn integer the leader's node id, or nil, err, code ("unknown_partition", "retriable")
 function _M:leader(name, partition, deadline)
   local t, err, code = self:topic(name, deadline)
   if not t then return nil, err, code end
@@ -414,19 +444,26 @@ function _M:leader(name, partition, deadline)
   return p.leader
 end
 
--- route(topic, partition [, deadline [, pool]]) -> the leader's connection | nil, err, code
+--- The connection to a partition's leader.
+-- @tparam string topic the topic
+-- @tparam integer partition the partition
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @tparam[opt] table pool see `broker`
+-- @return the kafka.connection, or nil, err, code
 function _M:route(topic, partition, deadline, pool)
   local leader, err, code = self:leader(topic, partition, deadline)
   if not leader then return nil, err, code end
   return self:broker(leader, deadline, pool)
 end
 
--- group(items [, deadline]) -> groups, failed: items ({topic=, partition=,
--- ...}) grouped by their leader's connection, in first-seen order:
--- groups = {{conn=, items={...}}...}; failed = {{item=, err=, code=}...}
--- for items with no reachable leader (code "backoff" when its broker is in
--- reconnect backoff). The one grouping the producer, the consumer and
--- list_offsets share (pool: see broker()).
+--- Groups topic-partitions by their leader's connection, in first-seen order:
+-- the one grouping the producer, the consumer and list_offsets share.
+-- @tparam table items `{{topic=, partition=, ...}...}`
+-- @tparam[opt] number deadline a time of the client's clock (ms)
+-- @tparam[opt] table pool see `broker`
+-- @treturn table groups `{{conn=, items={...}}...}`
+-- @treturn table failed `{{item=, err=, code=}...}` for items with no reachable leader
+-- (code "backoff" when its broker is in reconnect backoff)
 function _M:group(items, deadline, pool)
   local groups, by_conn, failed = {}, {}, {}
   for _, it in ipairs(items) do
@@ -446,11 +483,12 @@ function _M:group(items, deadline, pool)
   return groups, failed
 end
 
--- finalized_feature(name) -> level, connection: the level the cluster has
--- finalized for a feature (0 when none, e.g. before Kafka 3.x or with the
--- feature off), as the connection whose ApiVersions answer had the newest
--- feature epoch tells it (the view Kafka's Java client takes,
--- ApiVersions.java); that connection (nil when none has told).
+--- The level the cluster has finalized for a feature (such as
+-- "transaction.version"), as the connection whose ApiVersions answer had the
+-- newest feature epoch tells it (the view Kafka's Java client takes).
+-- @tparam string name the feature
+-- @treturn integer the level (0 when none, e.g. before Kafka 3.x or with the feature off)
+-- @return the connection that told it, nil when none has
 function _M:finalized_feature(name)
   local best, epoch = nil, -math.huge
   for _, set in ipairs { self.conns, self.boot_conns } do
@@ -461,7 +499,8 @@ function _M:finalized_feature(name)
   return best and best.finalized_features[name] or 0, best
 end
 
--- invalidate(topic): forget cached metadata so the next lookup refreshes.
+--- Forgets cached metadata so the next lookup refreshes it.
+-- @tparam[opt] string name a topic (nil: every topic)
 function _M:invalidate(name)
   if name and self.topics[name] then self.topics[name].time = -math.huge
   elseif not name then
@@ -473,12 +512,16 @@ local TIMES = { latest = -1, earliest = -2 }
 
 local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
 
--- list_offsets(topic, partition, time [, isolation_level]) -> offset | nil,
--- err, code. time: "earliest", "latest", -2, -1, or a timestamp in ms (the
--- first offset whose timestamp is >= it; -1 when there is none).
--- isolation_level: 0/"read_uncommitted" (default: "latest" is the high
--- watermark) or 1/"read_committed" ("latest" is the last stable offset, the
--- first offset of the oldest transaction not decided yet).
+--- The offset of a partition at a time.
+-- @tparam string topic the topic
+-- @tparam integer partition the partition
+-- @param time "earliest", "latest", -2, -1, or a timestamp in ms (the first offset
+-- whose timestamp is >= it; -1 when there is none)
+-- @param[opt] isolation_level 0/"read_uncommitted" (default: "latest" is the high
+-- watermark) or 1/"read_committed" ("latest" is the last stable offset, the first
+-- offset of the oldest transaction not decided yet)
+-- @treturn integer the offset, or nil, err, code
+-- @usage local high = assert(client:list_offsets("events", 0, "latest"))
 function _M:list_offsets(topic, partition, time, isolation_level)
   if type(topic) ~= "string" then check.fail("list_offsets", "topic", "a string", topic) end
   check.partition("list_offsets", "partition", partition)
@@ -531,16 +574,22 @@ function _M:find_coordinator(key, key_type, deadline)
   return self:broker(resp.node_id, deadline)
 end
 
--- coordinator(key, key_type) -> connection to the group (0) or transaction
--- (1) coordinator | nil, err, code
+--- The connection to a coordinator, found with FindCoordinator (retried).
+-- @tparam string key a group id, or a transactional id
+-- @tparam[opt=0] integer key_type 0 (group) or 1 (transaction)
+-- @return the kafka.connection, or nil, err, code
 function _M:coordinator(key, key_type)
   if type(key) ~= "string" then check.fail("coordinator", "key", "a string", key) end
   check.oneof("coordinator", "key_type", key_type, 0, { 0, 1 })
   return self:call(function(deadline) return self:find_coordinator(key, key_type, deadline) end)
 end
 
--- ensure(client_or_opts) -> client, owned: a client passed in is used as
--- it is; options make a new client that the caller owns (and closes).
+--- A client passed in is used as it is; options make a new client that the
+-- caller owns (and closes). What producer.new and consumer.new take.
+-- @param x a client, or a table of client options
+-- @tparam string where the caller's name, for its misuse errors
+-- @treturn table the client
+-- @treturn boolean owned: true when made here
 function _M.ensure(x, where)
   if type(x) == "table" and getmetatable(x) == mt then return x, false end
   if x ~= nil and type(x) ~= "table" then
@@ -550,6 +599,8 @@ function _M.ensure(x, where)
   return _M.new(x), true
 end
 
+--- Closes every connection of the client (a closed client connects again
+-- when used).
 function _M:close()
   for _, c in pairs(self.conns) do c:close("client closed") end
   for _, c in pairs(self.boot_conns) do c:close("client closed") end

@@ -1,4 +1,4 @@
--- kafka.connection: one broker connection. Frames requests with kafka.proto,
+--- kafka.connection: one broker connection. Frames requests with kafka.proto,
 -- checks every response's correlation id, keeps several requests in flight
 -- (Kafka answers in order per connection), negotiates versions with
 -- ApiVersions, and closes itself after any mid-frame error or timeout:
@@ -22,6 +22,7 @@
 -- partly read frame is kept), so a later receive() picks the answer up.
 -- waiting(corr) tells whether it is still in flight; abandon(corr) drops
 -- its answer when it comes.
+-- @module kafka.connection
 local proto = require "kafka.proto"
 local ksocket = require "kafka.socket"
 local sasl = require "kafka.sasl"
@@ -64,6 +65,11 @@ local DEFAULT_CAPS = { [0] = 12, [1] = 12, [2] = 3, [9] = 7, [10] = 3 }
 local PRODUCE, FETCH = proto.api_key("Produce"), proto.api_key("Fetch")
 local GATHER = { gather = true } -- encode_request's option: a Produce frame in pieces
 
+--- A connection object; nothing is opened until connect() or the first request.
+-- @tparam table opts `host`, `port`, `client_id`, `request_timeout_ms`, `connect_timeout_ms`,
+-- `socket` (a factory), `api_versions`, `max_versions`, `now`/`sleep`, the
+-- security settings (kafka.options.security), `receive_message_max_bytes`
+-- @treturn table the connection
 function _M.new(opts)
   local now = opts.now or ksocket.clock(opts)
   return setmetatable({
@@ -99,11 +105,14 @@ function _M.new(opts)
   }, mt)
 end
 
+--- "broker ID host:port" (or "host:port" before the id is known), for messages.
+-- @treturn string
 function _M:name()
   return (self.node_id and ("broker " .. self.node_id .. " ") or "") .. self.host .. ":" .. tostring(self.port)
 end
 
--- close(reason): drops the socket; every request in flight fails with reason.
+--- Drops the socket; every request in flight fails with reason.
+-- @tparam[opt] string reason
 function _M:close(reason)
   if self.sock then
     -- a cosocket of another request or timer cannot even be closed from
@@ -119,7 +128,8 @@ function _M:close(reason)
   self.rd, self.neg = nil, nil
 end
 
--- is_connected() -> true once the socket is open and versions negotiated
+--- Whether the socket is open and versions negotiated.
+-- @treturn boolean
 function _M:is_connected()
   return self.sock ~= nil and self.neg == nil
 end
@@ -363,11 +373,13 @@ function _M:_check_owner()
   self:close("opened by another nginx request or timer")
 end
 
--- connect([deadline]) -> true | nil, err, code. Opens the socket and
--- negotiates versions on every new socket (a broker can be upgraded or
--- replaced between connections). With a deadline that passes during the
--- negotiation, nil, err, "timeout" with the negotiation left in flight: the
--- next connect() goes on with it.
+--- Opens the socket (TLS and SASL as configured) and negotiates versions, on
+-- every new socket (a broker can be upgraded or replaced between
+-- connections). With a deadline that passes during the negotiation, nil,
+-- err, "timeout" with the negotiation left in flight: the next connect()
+-- goes on with it.
+-- @tparam[opt] number deadline a time of the connection's clock (ms)
+-- @return true, or nil, err, code
 function _M:connect(deadline)
   if self.owner then self:_check_owner() end
   if self.sock and not self.neg then return true end
@@ -408,7 +420,9 @@ function _M:connect(deadline)
   return nil, err, code
 end
 
--- version(api) -> the highest version both sides support, or nil, err.
+--- The highest version of an api both sides support (capped as configured).
+-- @param api the key or the name
+-- @return the version, or nil, err
 function _M:version(api)
   local key = type(api) == "number" and api or proto.api_key(api)
   if not key then return nil, "unknown api " .. tostring(api), "unsupported" end
@@ -463,12 +477,15 @@ function _M:_send_raw(api, version, body, opts, deadline)
   return corr
 end
 
--- send(api, version, body [, opts]) -> correlation id | nil, err, code.
--- opts.no_response: the broker sends none (Produce with acks=0).
--- opts.timeout_ms: how much longer than request_timeout_ms the answer may
--- take (the broker-side wait asked for). opts.deadline: the caller's.
--- opts.decode: decode options for the response; opts.raw: receive()
--- returns the frame after the correlation id, undecoded.
+--- Sends a request; its answer is read by receive().
+-- @param api the key or the name
+-- @tparam integer version the version
+-- @tparam table body the request
+-- @tparam[opt] table opts `no_response` (the broker sends none: Produce with acks=0),
+-- `timeout_ms` (how much longer than request_timeout_ms the answer may take: the
+-- broker-side wait asked for), `deadline` (the caller's), `decode` (decode options
+-- for the response), `raw` (receive() returns the frame after the correlation id)
+-- @return the correlation id, or nil, err, code
 function _M:send(api, version, body, opts)
   if self.owner then self:_check_owner() end
   local deadline = opts and opts.deadline
@@ -483,10 +500,11 @@ function _M:send(api, version, body, opts)
   return self:_send_raw(api, version, body, opts, deadline)
 end
 
--- in_flight() -> the number of requests whose answers are awaited
+--- The number of requests whose answers are awaited.
+-- @treturn integer
 function _M:in_flight() return self.last - self.first + 1 end
 
----------------------------------------------------------------- SASL
+-- ------------------------------------------------------------- SASL
 
 local HANDSHAKE, AUTHENTICATE = proto.api.SaslHandshake, proto.api.SaslAuthenticate
 
@@ -644,10 +662,12 @@ function _M:_maybe_reauthenticate()
   return ok, err, code
 end
 
--- receive(corr [, deadline]) -> decoded response body | nil, err, code.
--- Reads responses in order; ones for other requests in flight are kept
--- for their receive(). When the deadline passes before the answer:
--- nil, err, "timeout" and the request stays in flight (see waiting()).
+--- Reads responses in order until corr's; ones for other requests in flight
+-- are kept for their receive(). When the deadline passes before the
+-- answer: nil, err, "timeout" and the request stays in flight (see waiting()).
+-- @tparam integer corr a correlation id send() returned
+-- @tparam[opt] number deadline a time of the connection's clock (ms)
+-- @return the decoded response body, or nil, err, code
 function _M:receive(corr, deadline)
   if self.owner then self:_check_owner() end
   local body = self.ready[corr]
@@ -693,7 +713,9 @@ function _M:receive(corr, deadline)
   end
 end
 
--- waiting(corr) -> true while corr's answer is expected (in flight or read ahead)
+--- Whether corr's answer is still expected (in flight or read ahead).
+-- @tparam integer corr a correlation id
+-- @treturn boolean
 function _M:waiting(corr)
   if self.ready[corr] ~= nil then return true end
   for i = self.first, self.last do
@@ -703,7 +725,8 @@ function _M:waiting(corr)
   return false
 end
 
--- abandon(corr): nobody will receive corr's answer; it is dropped when read.
+--- Nobody will receive corr's answer: it is dropped when read.
+-- @tparam integer corr a correlation id
 function _M:abandon(corr)
   if self.ready[corr] ~= nil then
     self.ready[corr] = nil
@@ -715,8 +738,12 @@ function _M:abandon(corr)
   end
 end
 
--- request(api, body [, opts]) -> body | nil, err, code: send + receive at
--- the negotiated version (opts.version forces one; opts.deadline bounds it).
+--- send and receive at the negotiated version.
+-- @param api the key or the name
+-- @tparam table body the request
+-- @tparam[opt] table opts `version` forces one, `deadline` bounds it
+-- @return the response body, or nil, err, code
+-- @usage local md, err, code = conn:request("Metadata", { topics = {} })
 function _M:request(api, body, opts)
   if self.owner then self:_check_owner() end
   local deadline = opts and opts.deadline

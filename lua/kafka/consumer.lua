@@ -1,4 +1,4 @@
--- kafka.consumer: the consumer façade. Partitions come from a manual
+--- kafka.consumer: the consumer façade. Partitions come from a manual
 -- assignment (assign) or from a consumer group (subscribe); fetching is
 -- kafka.fetcher, committed offsets and the coordinator cache
 -- kafka.offsets, group membership kafka.group (classic protocol or
@@ -11,8 +11,9 @@
 --   c:commit()                      -- the positions of every owned partition
 --   c:close()                       -- commits (enable_auto_commit), revokes, leaves
 --
--- Options: kafka.options (docs/options.md).
--- How poll reports errors: see poll() below and the README.
+-- Options: kafka.options (docs/options.md); the guide: docs/consumer.md.
+-- How poll reports errors: see poll() below and docs/consumer.md.
+-- @module kafka.consumer
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
 local check = require "kafka.check"
@@ -33,7 +34,13 @@ local mt = { __index = _M }
 local WHERE = "kafka.consumer.new"
 local OFFSET_WORDS = { "earliest", "latest", "committed", -1, -2 }
 
--- new(client_or_client_opts [, opts]) -> a consumer; raises on misuse (kafka.options.consumer)
+--- Makes a consumer. Options: docs/options.md (kafka.options); misuse
+-- raises, naming the option.
+-- @param client_or_opts a kafka.client, or a table of client options (the consumer then
+-- owns its client)
+-- @tparam[opt] table opts the consumer's options
+-- @treturn table the consumer
+-- @usage local c = kafka.consumer.new(client, { group_id = "g", auto_offset_reset = "earliest" })
 function _M.new(client_or_opts, opts)
   local client, own = client_mod.ensure(client_or_opts, WHERE)
   local o = options.consumer(opts, client)
@@ -102,9 +109,11 @@ function _M:_resolve(topic, partition, offset)
   return nil, "bad offset " .. tostring(offset), "invalid"
 end
 
--- assign{{topic=, partition=, offset=}} -> true | nil, err, code. Replaces
--- the assignment; offset is a number, "earliest", "latest" or "committed"
--- (default: committed with a group_id, else auto_offset_reset).
+--- Replaces the assignment (manual assignment, no group).
+-- @tparam table list `{{topic=, partition=, offset=}...}`; offset is a number, "earliest",
+-- "latest" or "committed" (default: committed with a group_id, else auto_offset_reset)
+-- @return true, or nil, err, code
+-- @usage c:assign { { topic = "events", partition = 0, offset = "earliest" } }
 function _M:assign(list)
   if self.group then error("assign: the consumer is subscribed to a group (close it, or use another consumer)", 2) end
   if type(list) ~= "table" then check.fail("assign", "the assignment", "an array of {topic=, partition=, offset=}", list) end
@@ -144,6 +153,8 @@ function _M:_tick()
   if g and not self.in_callback then g:step(self.client.now()) end
 end
 
+--- The partitions assigned (in a group: owned), with their positions.
+-- @treturn table `{{topic=, partition=, offset=, paused=}...}`
 function _M:assignment()
   self:_tick()
   local t = {}
@@ -153,13 +164,20 @@ function _M:assignment()
   return t
 end
 
--- position(topic, partition) -> the next offset poll will return
+--- The next offset poll will return for a partition (what commit stores).
+-- @tparam string topic the topic
+-- @tparam integer partition the partition
+-- @treturn ?integer the offset, nil while it is not known yet or the partition is not assigned
 function _M:position(topic, partition)
   local st = self.fetcher:get(tostring(topic), tostring(partition))
   return st and st.offset
 end
 
--- seek(topic, partition, offset) -> true | nil, err, code
+--- Moves a partition's position; what was fetched for the old one is dropped.
+-- @tparam string topic the topic
+-- @tparam integer partition an assigned partition
+-- @param offset a number, "earliest", "latest" or "committed"
+-- @return true, or nil, err, code
 function _M:seek(topic, partition, offset)
   if type(topic) ~= "string" then check.fail("seek", "topic", "a string", topic) end
   check.partition("seek", "partition", partition)
@@ -206,15 +224,24 @@ local function set_paused(self, where, list, paused)
   return true
 end
 
+--- Stops fetching partitions: they stay assigned (and owned in a group). A
+-- reassignment resumes them.
+-- @tparam table list `{{topic=, partition=}...}`
+-- @return true, or nil, err, "invalid" (a partition not assigned)
 function _M:pause(list) return set_paused(self, "pause", list, true) end
+--- Fetches paused partitions again.
+-- @tparam table list `{{topic=, partition=}...}`
+-- @return true, or nil, err, "invalid" (a partition not assigned)
 function _M:resume(list) return set_paused(self, "resume", list, false) end
 
--- subscribe{"t1", "t2"} | subscribe{pattern = "^logs%-"} | subscribe{regex = "logs-.*"}
--- -> true | nil, err, code. Names are exact; a pattern is a Lua pattern
--- matched by the client against the cluster's topics (both protocols,
--- checked again every metadata_max_age_ms); a regex is a Java (RE2J)
--- regular expression the coordinator matches (the consumer protocol,
--- Kafka 4.0+). Joining happens in poll().
+--- Subscribes as a group member (needs group_id); joining happens in poll().
+-- Names are exact; a pattern is a Lua pattern matched by the client against
+-- the cluster's topics (both protocols, checked again every
+-- metadata_max_age_ms); a regex is a Java (RE2J) regular expression the
+-- coordinator matches (the consumer protocol, Kafka 4.0+).
+-- @tparam table sub `{"t1", "t2"}`, `{pattern = "^logs%-"}` or `{regex = "logs-.*"}`
+-- @return true, or nil, err, code
+-- @usage assert(c:subscribe { "orders", "refunds" })
 function _M:subscribe(sub)
   if not self.group_id then error("subscribe: the consumer has no group_id", 2) end
   if self.manual then error("subscribe: the consumer has a manual assignment (assign{} first)", 2) end
@@ -293,11 +320,10 @@ function _M:_detect_protocol()
   return "classic"
 end
 
--- group_state() -> {state=, protocol=, member_id=, generation=} of the group member (nil without subscribe)
--- group_metadata() -> {group_id=, generation_id=, member_id=,
--- group_instance_id=}: what a transactional producer's
--- send_offsets_to_transaction needs to commit offsets as this member
--- (generation -1 and member "" without a group membership).
+--- What a transactional producer's send_offsets_to_transaction needs to
+-- commit offsets as this member (generation -1 and member "" without a
+-- group membership). Raises without a group_id.
+-- @treturn table `{group_id=, generation_id=, member_id=, group_instance_id=}`
 function _M:group_metadata()
   local g = self.group
   if not self.group_id then error("group_metadata: the consumer has no group_id", 2) end
@@ -307,6 +333,9 @@ function _M:group_metadata()
            group_instance_id = g.instance_id }
 end
 
+--- The group member's state (see docs/internals.md for the state machine).
+-- @treturn ?table `{state=, protocol=, member_id=, generation=, rebalances=, leader=,
+-- transitions=, auto_commit = {in_flight=, commits=, last_error=}}`, nil without subscribe
 function _M:group_state()
   local g = self.group
   if not g then return nil end
@@ -513,21 +542,22 @@ local function fetchable(self)
   return false
 end
 
--- poll([timeout_ms]) -> messages | nil, err, code, kafka_code, errors.
--- Each message: topic, partition, offset, key, value, headers (when any),
--- timestamp, high_watermark. timeout_ms (default fetch_max_wait_ms) is a
--- deadline over the whole call. A partition that could not be fetched
--- (leader unreachable, I/O error, a non-retriable Kafka error, a corrupt
--- batch, an offset out of range with auto_offset_reset = "error") gives an
--- entry {topic=, partition=, err=, code=, kafka_code=} in errors: with
--- messages from other partitions they come as messages.errors; with no
--- messages at all poll returns nil, the first error's message, code and
--- kafka_code, and the whole list as the fifth value. Retriable Kafka
--- errors (a leader moved) are handled inside (metadata refreshed) and not
--- reported. A subscribed consumer runs its group here: joins, heartbeats,
--- rebalances (callbacks), auto commits; a member fenced or failed makes
--- poll return nil, err, "fenced" | "group". Errors raised by rebalance
--- callbacks come as messages.callback_errors.
+--- Fetches messages; a subscribed consumer runs its group here (joins,
+-- heartbeats, rebalances and their callbacks, auto commits).
+-- A partition that could not be fetched (leader unreachable, I/O error, a
+-- non-retriable Kafka error, a corrupt batch, an offset out of range with
+-- auto_offset_reset = "error") gives an entry `{topic=, partition=, err=,
+-- code=, kafka_code=}`: with messages from other partitions the entries come
+-- as messages.errors; with no messages at all poll returns nil, the first
+-- error's message, code and kafka_code, and the whole list. Retriable Kafka
+-- errors (a leader moved) are handled inside and not reported. A member
+-- fenced or failed makes poll return nil, err, "fenced" or "group". Errors
+-- raised by rebalance callbacks come as messages.callback_errors.
+-- @tparam[opt] integer timeout_ms a deadline over the whole call (default fetch_max_wait_ms)
+-- @treturn table messages `{topic=, partition=, offset=, key=, value=, headers=, timestamp=,
+-- high_watermark=}...`, or nil, err, code, kafka_code, errors
+-- @usage local msgs, err, code = c:poll(1000)
+-- for _, m in ipairs(msgs or {}) do print(m.offset, m.value) end
 function _M:poll(timeout_ms)
   timeout_ms = check.int("poll", "timeout_ms", timeout_ms, self.fetch_max_wait_ms, 0)
   local client = self.client
@@ -570,11 +600,12 @@ function _M:poll(timeout_ms)
   return result(self, out, errs)
 end
 
--- commit([offsets]) -> true | nil, err, code, kafka_code. offsets:
--- {{topic=, partition=, offset=, metadata=}}; default: the position of
--- every assigned (owned) partition. In a group the commit carries the
--- member's generation (or epoch); a partition the member does not own, or
--- a member between generations, gives nil, err, "rebalance".
+--- Commits offsets. In a group the commit carries the member's generation
+-- (or epoch); a partition the member does not own, or a member between
+-- generations, gives nil, err, "rebalance".
+-- @tparam[opt] table offsets `{{topic=, partition=, offset=, metadata=}...}`; default: the
+-- position of every assigned (owned) partition
+-- @return true, or nil, err, code, kafka_code
 function _M:commit(offsets)
   if not self.group_id then error("commit: the consumer has no group_id", 2) end
   check_list("commit", offsets, true)
@@ -601,8 +632,11 @@ function _M:commit(offsets)
   return self.offsets:commit(offsets)
 end
 
--- committed(partitions) -> {{topic=, partition=, offset=, metadata=}} (offset
--- -1 when none is committed) | nil, err, code
+--- The committed offsets (asked with require_stable: an open transaction's
+-- offsets are waited for, up to the client's default_api_timeout_ms).
+-- @tparam[opt] table partitions `{{topic=, partition=}...}`; default: the assigned ones
+-- @treturn table `{{topic=, partition=, offset=, metadata=}...}` (offset -1 when none is
+-- committed), or nil, err, code
 function _M:committed(partitions)
   if not self.group_id then error("committed: the consumer has no group_id", 2) end
   check_list("committed", partitions, false)
@@ -611,10 +645,11 @@ function _M:committed(partitions)
   return self.offsets:committed(partitions)
 end
 
--- close(): a group member commits its positions (enable_auto_commit),
--- revokes its partitions (on_revoke) and leaves the group (a static
--- member keeps its place until its session times out on the classic
--- protocol, or leaves with epoch -2 on the consumer protocol).
+--- Closes the consumer: a group member commits its positions
+-- (enable_auto_commit), revokes its partitions (on_revoke) and leaves the
+-- group (a static member keeps its place until its session times out on the
+-- classic protocol, or leaves with epoch -2 on the consumer protocol); the
+-- consumer's connections are closed.
 function _M:close()
   local g = self.group
   if g and g.state ~= "closed" then

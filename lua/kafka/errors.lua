@@ -1,9 +1,12 @@
--- kafka.errors: every Kafka error code with its name, whether a retry can
+--- kafka.errors: every Kafka error code with its name, whether a retry can
 -- succeed, and a short description. One table; everything else maps
 -- through it.
 --   errors[6]                      --> {code=6, name="NOT_LEADER_OR_FOLLOWER", retriable=true, message=...}
 --   errors.NOT_LEADER_OR_FOLLOWER  --> 6
 --   errors.info(code)              --> the entry, or a synthetic one for unknown codes
+-- @module kafka.errors
+-- @field codes the library's own error codes (the third value of `nil, message, code`):
+-- code -> its meaning, as docs/codec.md's table lists them
 local ipairs, setmetatable, tostring, type = ipairs, setmetatable, tostring, type
 
 local _M = {}
@@ -152,9 +155,10 @@ end
 local unknown_cache = setmetatable({}, { __mode = "v" })
 
 -- The library's own error codes, the third value of `nil, message, code`
--- (Kafka's codes above are data inside responses): one list, the README's
--- table of error codes shows the same (spec/error_codes_spec.lua checks
--- both against each other and against the code strings in lua/kafka/).
+-- (Kafka's codes above are data inside responses): one list,
+-- docs/codec.md's table of error codes shows the same
+-- (spec/error_codes_spec.lua checks both against each other and against
+-- the code strings in lua/kafka/).
 _M.codes = {
   -- the codec (kafka.proto)
   incomplete = "the frame is shorter than its size prefix: read more",
@@ -195,8 +199,12 @@ _M.codes = {
   internal = "a bug in lua-kafka: please report it",
 }
 
--- info(code) -> the entry for any code: unknown codes get a synthetic,
--- non-retriable entry so callers never index nil.
+--- The entry of any Kafka error code: unknown codes get a synthetic,
+-- non-retriable entry, so callers never index nil.
+-- @tparam integer code a Kafka error code (the error_code of a response)
+-- @treturn table `{code=, name=, retriable=, message=}`
+-- @usage local e = errors.info(resp.error_code)
+-- if e.retriable then ... end
 function _M.info(code)
   local e = _M[code]
   if type(e) == "table" then return e end
@@ -209,7 +217,9 @@ function _M.info(code)
   return e
 end
 
--- is_retriable(code) -> boolean
+--- Whether a retry can succeed after this Kafka error code.
+-- @tparam integer code a Kafka error code
+-- @treturn boolean
 function _M.is_retriable(code)
   return _M.info(code).retriable
 end

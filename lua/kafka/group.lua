@@ -1,4 +1,4 @@
--- kafka.group: a consumer's membership in a consumer group. One object per
+--- kafka.group: a consumer's membership in a consumer group. One object per
 -- member, with a named state, driven from the consumer's calls (poll,
 -- commit, ...): nothing runs in the background and nothing waits except on
 -- a socket, bounded by the caller's deadline. Group requests go over the
@@ -22,6 +22,7 @@
 --   fenced       another member took this group_instance_id: poll fails with code "fenced"
 --   failed       a fatal group error (e.g. INCONSISTENT_GROUP_PROTOCOL): poll fails with code "group"
 --   closed       after close()
+-- @module kafka.group
 local proto = require "kafka.proto"
 
 local errors = proto.errors
@@ -49,7 +50,9 @@ local function sorted(list)
 end
 _M.sorted = sorted
 
--- by_topic(list) -> {{topic=, partitions={...}}...} (the consumer protocol's shape)
+--- Groups partitions by topic (the consumer protocol's shape), sorted.
+-- @tparam table list `{{topic=, partition=}...}`
+-- @treturn table `{{topic=, partitions={...}}...}`
 function _M.by_topic(list)
   local out, at = {}, {}
   for _, tp in ipairs(sorted(list)) do
@@ -64,7 +67,9 @@ function _M.by_topic(list)
   return out
 end
 
--- flatten({{topic=, partitions={...}}...}) -> {{topic=, partition=}...}
+--- The inverse of by_topic.
+-- @tparam table list `{{topic=, partitions={...}}...}`
+-- @treturn table `{{topic=, partition=}...}`
 function _M.flatten(list)
   local out = {}
   for _, t in ipairs(list or {}) do
@@ -79,6 +84,8 @@ end
 -- base64, no padding).
 local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 local uuid_n = 0
+--- A new member id, for protocols where the client makes it.
+-- @treturn string 22 characters (16 bytes as Kafka's Uuid prints them)
 function _M.uuid()
   uuid_n = uuid_n + 1
   local seed = tostring(os.time()) .. tostring(os.clock()) .. tostring({}) .. uuid_n
@@ -110,7 +117,11 @@ end
 local Member = {}
 _M.Member = Member
 
--- new(consumer, cfg, impl) -> a member speaking impl (classic or consumer_protocol)
+--- A member of the consumer's group, in state "unjoined".
+-- @tparam table consumer the kafka.consumer
+-- @tparam table cfg the consumer's group options (group_instance_id, timeouts, callbacks)
+-- @tparam table impl kafka.group.classic or kafka.group.consumer_protocol
+-- @treturn Member the member
 function _M.new(consumer, cfg, impl)
   local m = setmetatable({
     consumer = consumer,
@@ -141,6 +152,14 @@ function _M.new(consumer, cfg, impl)
   return m
 end
 
+--- A consumer's membership in its group: one object per member, driven by
+-- the consumer's calls; its protocol's methods (kafka.group.classic or
+-- kafka.group.consumer_protocol: step, next_due, leave) come through it.
+-- States: see the module's description and docs/internals.md.
+-- @type Member
+
+--- Moves to a state, kept in the last 32 transitions.
+-- @tparam string s the new state
 function Member:set_state(s)
   if self.state == s then return end
   self.state = s
@@ -149,22 +168,30 @@ function Member:set_state(s)
   if #tr > 32 then table.remove(tr, 1) end
 end
 
--- owned_list() -> the partitions the member owns, sorted
+--- The partitions the member owns.
+-- @treturn table `{{topic=, partition=}...}`, sorted
 function Member:owned_list()
   local t = {}
   for _, tp in pairs(self.owned) do t[#t + 1] = tp end
   return sorted(t)
 end
 
+--- Whether the member owns a partition.
+-- @tparam string topic
+-- @tparam integer partition
+-- @treturn boolean
 function Member:owns(topic, partition) return self.owned[key(topic, partition)] ~= nil end
 
+--- Counts a failed join: no join again before the client's retry backoff.
 function Member:backoff()
   self.attempts = self.attempts + 1
   self.retry_at = self.client.now() + self.client:backoff(self.attempts)
 end
 
--- Runs a user callback; its error is kept (reported by the next poll) and
+--- Runs a user callback; its error is kept (reported by the next poll) and
 -- never breaks the member.
+-- @tparam string name "on_assign", "on_revoke" or "on_lost"
+-- @tparam table list the partitions
 function Member:callback(name, list)
   local fn = self.cfg[name]
   if not fn or #list == 0 then return end
@@ -179,8 +206,9 @@ function Member:callback(name, list)
   end
 end
 
--- assigned(list): the member owns these from now on: their committed
--- offsets (else auto_offset_reset) become the positions, then on_assign.
+--- The member owns these partitions from now on: their committed offsets
+-- (else auto_offset_reset) become the positions, then on_assign runs.
+-- @tparam table list `{{topic=, partition=}...}`
 function Member:assigned(list)
   list = sorted(list)
   local fresh = {}
@@ -194,9 +222,10 @@ function Member:assigned(list)
   self:callback("on_assign", fresh)
 end
 
--- revoked(list): given up in a rebalance: auto commit of their positions,
--- on_revoke (still owned there, so a commit in it goes through), then
--- they are not fetched any more.
+--- Partitions given up in a rebalance: auto commit of their positions,
+-- on_revoke (still owned there, so a commit in it goes through), then they
+-- are not fetched any more.
+-- @tparam table list `{{topic=, partition=}...}`
 function Member:revoked(list)
   list = sorted(list)
   local gone = {}
@@ -210,8 +239,9 @@ function Member:revoked(list)
   self.consumer:_group_remove(gone)
 end
 
--- lost(list): taken away without a revocation (the session or poll
--- interval expired, the member was fenced): no commit, on_lost.
+--- Partitions taken away without a revocation (the session or poll interval
+-- expired, the member was fenced): no commit, on_lost.
+-- @tparam table list `{{topic=, partition=}...}`
 function Member:lost(list)
   list = sorted(list or self:owned_list())
   if #list == 0 then return end
@@ -220,8 +250,10 @@ function Member:lost(list)
   self.consumer:_group_remove(list)
 end
 
--- resolve_topics(deadline) -> names | nil, err, code: the subscription's
--- topic names now (a Lua pattern matched against every topic's name)
+--- The subscription's topic names now (a Lua pattern matched against every
+-- topic's name).
+-- @tparam number deadline a time of the client's clock (ms)
+-- @return the names, or nil, err, code
 function Member:resolve_topics(deadline)
   local sub = self.sub
   if sub.topics then return sub.topics end
@@ -237,8 +269,11 @@ function Member:resolve_topics(deadline)
   return names
 end
 
--- counts(names, deadline) -> {[topic] = partitions} for the topics that
--- exist (fresh metadata, never auto-created) | nil, err, code
+--- The partition counts of the topics that exist (fresh metadata, never
+-- auto-created).
+-- @tparam table names topic names
+-- @tparam number deadline a time of the client's clock (ms)
+-- @return `{[topic] = partitions}`, or nil, err, code
 function Member:counts(names, deadline)
   local counts = {}
   if #names == 0 then return counts end
@@ -252,9 +287,9 @@ function Member:counts(names, deadline)
   return counts
 end
 
--- poll_begin(): a poll started. A gap longer than max_poll_interval_ms
--- means the member was out of the group meanwhile (as Java's background
--- thread would have left it): leave, report the partitions lost, rejoin.
+--- A poll started. A gap longer than max_poll_interval_ms means the member
+-- was out of the group meanwhile (as Java's background thread would have
+-- left it): leave, report the partitions lost, rejoin.
 function Member:poll_begin()
   local t = self.client.now()
   local last = self.last_poll
@@ -267,14 +302,19 @@ function Member:poll_begin()
   end
 end
 
--- fatal(msg, code, kcode, state): the member stops; poll reports it
+--- The member stops; every poll reports it.
+-- @tparam string msg the error
+-- @tparam string code "group" or "fenced"
+-- @tparam[opt] integer kcode the Kafka error code
+-- @tparam[opt="failed"] string state "failed" or "fenced"
 function Member:fatal(msg, code, kcode, state)
   self.error = { msg = msg, code = code, kcode = kcode }
   self:set_state(state or "failed")
 end
 
--- drop_request(): forget the group request in flight (its connection is
--- closed: a JoinGroup held open by the broker is not waited for)
+--- Forgets the group request in flight (its connection is closed: a
+-- JoinGroup held open by the broker is not waited for).
+-- @tparam string reason why, for the connection's close
 function Member:drop_request(reason)
   if self.req then
     self.req.conn:close(reason or "group request dropped")
@@ -282,8 +322,13 @@ function Member:drop_request(reason)
   end
 end
 
--- send(api, body, extra_ms) -> true | nil, err, code: a group request
--- over the member's connection, answered by a later step()
+--- Sends a group request over the member's own coordinator connection,
+-- answered by a later step.
+-- @param api the api
+-- @tparam table body the request
+-- @tparam[opt] number extra_ms time the broker may hold it (a JoinGroup's rebalance timeout)
+-- @tparam[opt] string what its name in errors
+-- @return true, or nil, err, code
 function Member:send(api, body, extra_ms, what)
   local client = self.client
   local deadline = client.now() + client.o.request_timeout_ms
@@ -302,7 +347,9 @@ function Member:send(api, body, extra_ms, what)
   return true
 end
 
--- await(until_t) -> response | nil, err, code ("timeout" while it is in flight)
+--- The answer to the request in flight.
+-- @tparam number until_t a time of the client's clock (ms)
+-- @return the response, or nil, err, code ("timeout" while it is in flight)
 function Member:await(until_t)
   local r = self.req
   local resp, err, code = r.conn:receive(r.corr, until_t)
@@ -312,20 +359,25 @@ function Member:await(until_t)
   return resp, err, code
 end
 
--- request_sync(api, body, deadline) -> response | nil, err, code: a group
--- request answered at once (LeaveGroup, the leave heartbeat)
+--- A group request answered at once (LeaveGroup, the leave heartbeat).
+-- @param api the api
+-- @tparam table body the request
+-- @tparam number deadline a time of the client's clock (ms)
+-- @return the response, or nil, err, code
 function Member:request_sync(api, body, deadline)
   local c, err, code = self.offsets:coordinator(deadline, self.pool)
   if not c then return nil, err, code end
   return c:request(api, body, { deadline = deadline })
 end
 
+--- Closes the member's own connections.
 function Member:close_conns()
   for _, c in pairs(self.pool) do c:close("group member closed") end
   self.pool = {}
 end
 
--- the error a poll reports in a fatal state
+--- The error a poll reports in a fatal state.
+-- @return nil, or the message, code ("fenced" or "group") and Kafka code
 function Member:failure()
   if self.state == "fenced" or self.state == "failed" then
     local e = self.error or {}

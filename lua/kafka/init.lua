@@ -1,5 +1,18 @@
--- kafka: the package. Submodules load on first use, so requiring "kafka"
+--- kafka: the package. Submodules load on first use, so requiring "kafka"
 -- costs nothing for what you do not use.
+-- @module kafka
+-- @usage local kafka = require "kafka"
+-- local client = kafka.client.new { brokers = "127.0.0.1:9092" }
+-- local p = kafka.producer.new(client)
+-- @field proto kafka.proto, the codec
+-- @field errors kafka.errors, the error codes
+-- @field check kafka.check, the validation at the door
+-- @field client kafka.client, the cluster
+-- @field producer kafka.producer
+-- @field consumer kafka.consumer
+-- @field connection kafka.connection, one broker connection
+-- @field socket kafka.socket, the transport seam
+-- @field _VERSION "lua-kafka scm"
 local require, rawset, setmetatable = require, rawset, setmetatable
 
 local modules = {

@@ -1,4 +1,4 @@
--- kafka.offsets: a consumer's committed offsets and its group coordinator.
+--- kafka.offsets: a consumer's committed offsets and its group coordinator.
 -- The coordinator is found once (FindCoordinator) and cached; the cache is
 -- dropped on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
 -- COORDINATOR_LOAD_IN_PROGRESS (and when the coordinator cannot be
@@ -6,6 +6,7 @@
 -- group identity the caller gives (generation and member id on the classic
 -- protocol, the member epoch on the consumer protocol; -1 and "" for a
 -- consumer without a group membership).
+-- @module kafka.offsets
 local proto = require "kafka.proto"
 
 local errors = proto.errors
@@ -34,6 +35,11 @@ local REBALANCE = {
 }
 _M.REBALANCE = REBALANCE
 
+--- The committed offsets of one group, through a kafka.client (kafka.consumer
+-- makes one per consumer with a group_id).
+-- @tparam table client a kafka.client
+-- @tparam string group_id the group
+-- @treturn table the offsets object
 function _M.new(client, group_id)
   return setmetatable({ client = client, group_id = group_id, node = nil, lookups = 0 }, mt)
 end
@@ -63,9 +69,11 @@ function _M:_find(deadline)
   return resp.node_id
 end
 
--- coordinator(deadline [, pool]) -> the coordinator's connection (from
--- pool: see client:broker) | nil, err, code, kcode, retriable. One attempt:
--- callers retry through client:call.
+--- The group coordinator's connection, found once (FindCoordinator) and
+-- cached. One attempt: callers retry through client:call.
+-- @tparam number deadline a time of the client's clock (ms)
+-- @tparam[opt] table pool connections owned by the caller (see client:broker)
+-- @return the kafka.connection, or nil, err, code, kafka_code, retriable
 function _M:coordinator(deadline, pool)
   if not self.node then
     local node, err, code, kcode, retriable = self:_find(deadline)
@@ -80,10 +88,13 @@ function _M:coordinator(deadline, pool)
   return c
 end
 
--- invalidate(): the next request looks the coordinator up again
+--- Forgets the cached coordinator: the next request looks it up again.
 function _M:invalidate() self.node = nil end
 
--- answer(kafka_code): drops the cached coordinator when the code says it moved; true when it did
+--- Drops the cached coordinator when a Kafka error code says it moved
+-- (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS).
+-- @tparam integer code a Kafka error code
+-- @treturn boolean true when it did
 function _M:answer(code)
   if COORDINATOR_MOVED[code] then
     self.node = nil
@@ -92,10 +103,13 @@ function _M:answer(code)
   return false
 end
 
--- request(api, body, check_resp) -> check_resp's result: a request to the
--- coordinator through the client's retry service (found again while the
--- answer says it moved). check_resp(resp) returns the result or nil, err,
--- code, kafka_code, retriable.
+--- A request to the coordinator through the client's retry service (the
+-- coordinator found again while the answer says it moved).
+-- @param api the api (key or name)
+-- @tparam table body the request
+-- @tparam function check_resp `check_resp(resp)` returns the result, or nil, err, code,
+-- kafka_code, retriable
+-- @return check_resp's result, or nil, err, code, kafka_code
 function _M:request(api, body, check_resp)
   local client = self.client
   return client:call(function(deadline)
@@ -136,19 +150,24 @@ local function by_topic(items, field, make)
   return list
 end
 
--- commit(offsets [, identity]) -> true | nil, err, code, kafka_code.
--- offsets: {{topic=, partition=, offset=, metadata=}}; identity:
--- {generation=, member_id=, instance_id=} (generation is the member epoch
--- on the consumer protocol). Codes: "rebalance" (the group moved on: the
--- generation or epoch is old, or a rebalance is in progress), "fenced"
--- (another member has this group_instance_id), "kafka".
+--- Commits offsets (OffsetCommit), with the member's identity.
+-- @tparam table offsets `{{topic=, partition=, offset=, metadata=}...}`
+-- @tparam[opt] table identity `{generation=, member_id=, instance_id=}` (generation is the
+-- member epoch on the consumer protocol); default -1 and "": no group membership
+-- @return true, or nil, err, code, kafka_code: "rebalance" (the group moved on: the
+-- generation or epoch is old, or a rebalance is in progress), "fenced" (another
+-- member has this group_instance_id), "kafka"
 function _M:commit(offsets, identity)
   return self:request(API.OffsetCommit, self:commit_body(offsets, identity), function(resp)
     return self:commit_result(resp)
   end)
 end
 
--- commit_body(offsets, identity) -> the OffsetCommit request commit() sends
+--- The OffsetCommit request commit() sends (the consumer's asynchronous auto
+-- commit sends it itself).
+-- @tparam table offsets as commit
+-- @tparam[opt] table identity as commit
+-- @treturn table the request body
 function _M:commit_body(offsets, identity)
   local list = by_topic(offsets, "partitions", function(o)
     return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
@@ -159,8 +178,9 @@ function _M:commit_body(offsets, identity)
     retention_time_ms = -1, topics = list }
 end
 
--- commit_result(resp) -> true | nil, err, code, kafka_code, retriable: an
--- OffsetCommit answer (the first partition error)
+--- Reads an OffsetCommit answer (the first partition error).
+-- @tparam table resp the decoded response
+-- @return true, or nil, err, code, kafka_code, retriable
 function _M:commit_result(resp)
   for _, tr in ipairs(resp.topics or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
@@ -174,13 +194,14 @@ end
 
 local function pkey(topic, partition) return topic .. "\0" .. partition end
 
--- committed(partitions [, o]) -> {{topic=, partition=, offset=, metadata=}}
--- (offset -1 when none is committed) | nil, err, code, kafka_code. Asks
--- with require_stable (KIP-447), as Kafka's Java consumer does: offsets an
--- open transaction sent are not committed yet, and the coordinator answers
--- UNSTABLE_OFFSET_COMMIT instead of the offsets from before that
--- transaction; retried until the deadline, or returned at once with
--- o.unstable_now.
+--- The committed offsets (OffsetFetch). Asks with require_stable (KIP-447),
+-- as Kafka's Java consumer does: offsets an open transaction sent are not
+-- committed yet, and the coordinator answers UNSTABLE_OFFSET_COMMIT instead
+-- of the offsets from before that transaction; retried until the deadline.
+-- @tparam table partitions `{{topic=, partition=}...}`
+-- @tparam[opt] table o `unstable_now`: return UNSTABLE_OFFSET_COMMIT at once instead of retrying
+-- @treturn table `{{topic=, partition=, offset=, metadata=}...}` (offset -1 when none is
+-- committed), or nil, err, code, kafka_code
 function _M:committed(partitions, o)
   local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
   local wait_unstable = not (o and o.unstable_now)

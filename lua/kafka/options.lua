@@ -356,6 +356,7 @@ end
 
 local MiB = 1048576
 local PARTITIONERS = { "murmur2_random", "murmur2", "random" }
+local PARTITIONER_TEXT = 'one of "murmur2_random", "murmur2", "random" or a function'
 
 local PRODUCER = check.declare("kafka.producer.new", {
   { name = "compression", type = "oneof", values = { "none", "gzip", "snappy", "lz4", "zstd", 0, 1, 2, 3, 4 },
@@ -365,7 +366,7 @@ local PRODUCER = check.declare("kafka.producer.new", {
     validate = function(v)
       if type(v) == "function" then return v end
       for _, n in ipairs(PARTITIONERS) do if v == n then return v end end
-      return nil, 'one of "murmur2_random", "murmur2", "random" or a function'
+      return nil, PARTITIONER_TEXT
     end,
     doc = '"murmur2_random": keys placed as the Java client and librdkafka place them, unkeyed messages '
       .. 'sticking to one partition per batch; "murmur2" (null keys hashed too); "random"; or function(key, n, topic)' },

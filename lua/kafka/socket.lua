@@ -1,4 +1,4 @@
--- kafka.socket: the transport seam. Everything above talks to objects with
+--- kafka.socket: the transport seam. Everything above talks to objects with
 -- the cosocket interface (timeouts in milliseconds):
 --   sock:settimeout(ms)  sock:connect(host, port)  sock:send(data)
 --   sock:receive(n) -> data | nil, err, partial     sock:close()
@@ -14,6 +14,7 @@
 -- objects with a cosocket-style sslhandshake(reused, server_name, verify)
 -- method do their own handshake (in nginx the chain is verified against
 -- lua_ssl_trusted_certificate, the host name by lua-nginx-module).
+-- @module kafka.socket
 local ngx = ngx -- luacheck: ignore (nil outside OpenResty)
 local io, table = io, table
 local pcall, require, setmetatable, getmetatable, type, tostring, ipairs, pairs = pcall, require, setmetatable,
@@ -21,8 +22,9 @@ local pcall, require, setmetatable, getmetatable, type, tostring, ipairs, pairs 
 
 local _M = {}
 
--- false: plain luasocket connections read through luasocket's receive()
--- (the inbox off; for comparisons)
+--- false: plain luasocket connections read and write through luasocket
+-- (the C inbox off; for comparisons). Read when each socket is made.
+-- @field direct_reads
 _M.direct_reads = true
 
 local luasocket -- loaded on first use
@@ -138,7 +140,8 @@ function ls_mt:close()
   return self.sock:close()
 end
 
--- luasocket_tcp() -> a luasocket TCP object behind the cosocket interface
+--- A luasocket TCP object behind the cosocket interface.
+-- @treturn table the socket object
 function _M.luasocket_tcp()
   if not luasocket then luasocket = require "socket" end
   local s, err = luasocket.tcp()
@@ -304,23 +307,35 @@ local function cosocket_handshake(sock, host, port, tls)
   return true
 end
 
--- tls(sock, host, port, tls, timeout_ms) -> true | nil, err ("ssl" errors):
--- the TLS handshake on a connected socket, verified as tls says.
+--- The TLS handshake on a connected socket, verified as tls says.
+-- @tparam table sock a connected socket object
+-- @tparam string host the broker's host name (SNI, and the name checked)
+-- @tparam integer port the port
+-- @tparam table tls the TLS settings (kafka.options.security's)
+-- @tparam number timeout_ms the handshake's time
+-- @return true, or nil, err ("ssl" errors)
 function _M.tls(sock, host, port, tls, timeout_ms)
   if sock.tls_handshake then return sock:tls_handshake(host, port, tls, timeout_ms) end
   if sock.sslhandshake then return cosocket_handshake(sock, host, port, tls) end
   return nil, "TLS: the injected socket has no sslhandshake method"
 end
 
--- secure(sock, host, port, security, timeout_ms) -> true | nil, err: the
--- TLS handshake when the security settings (kafka.options.security) ask for it.
+--- The TLS handshake when the security settings ask for it.
+-- @tparam table sock a connected socket object
+-- @tparam string host the broker's host name
+-- @tparam integer port the port
+-- @tparam table security kafka.options.security's result
+-- @tparam number timeout_ms the handshake's time
+-- @return true, or nil, err
 function _M.secure(sock, host, port, security, timeout_ms)
   if not security or not security.tls then return true end
   return _M.tls(sock, host, port, security.tls, timeout_ms)
 end
 
--- tls_error(sock) -> the TLS-level error a send or receive saw (an alert:
--- e.g. a missing client certificate refused after a TLS 1.3 handshake).
+--- The TLS-level error a send or receive saw (an alert: e.g. a missing
+-- client certificate refused after a TLS 1.3 handshake).
+-- @tparam table sock the socket object
+-- @treturn ?string the error
 function _M.tls_error(sock)
   return type(sock) == "table" and sock.tls_error or nil
 end
@@ -346,8 +361,11 @@ local function phase()
 end
 _M.phase = function() return in_nginx() and phase() or nil end
 
--- nginx_tcp() -> a cosocket (ngx.socket.tcp), picked when the socket is made
--- (a client made in init_worker still gets cosockets in the timer that uses it)
+--- A cosocket (ngx.socket.tcp), picked when the socket is made (a client
+-- made in init_worker still gets cosockets in the timer that uses it).
+-- @return the cosocket; a luasocket object in init, init_worker and exit_worker
+-- (no request is served: blocking is harmless); nil, err in the other phases
+-- without cosockets
 function _M.nginx_tcp()
   local ph = phase()
   local fallback = NO_COSOCKET[ph]
@@ -357,16 +375,20 @@ function _M.nginx_tcp()
     .. " other I/O goes through ngx.timer.at)"
 end
 
--- factory(opts) -> a function returning new socket objects: opts.socket
--- when given (a function), else cosockets inside nginx, else luasocket.
+--- What a client makes its sockets with.
+-- @tparam table opts the client's options
+-- @treturn function returning new socket objects: opts.socket when given, else
+-- cosockets inside nginx, else luasocket
 function _M.factory(opts)
   if opts and opts.socket then return opts.socket end
   if in_nginx() then return _M.nginx_tcp end
   return _M.luasocket_tcp
 end
 
--- kind(sock) -> "luasocket", "cosocket" or "custom": what a socket object
--- actually is (looked at on the object, not on how it was asked for).
+--- What a socket object actually is (looked at on the object, not on how it
+-- was asked for).
+-- @tparam table sock
+-- @treturn string "luasocket", "cosocket" or "custom"
 function _M.kind(sock)
   if getmetatable(sock) == ls_mt then return "luasocket" end
   if in_nginx() and type(sock) == "table" and type(sock.setkeepalive) == "function"
@@ -378,8 +400,9 @@ end
 
 local get_request -- resty.core's, loaded on first use (false: not there)
 
--- context() -> inside nginx, the request (or timer) running now: a
--- cosocket belongs to the one that created it. nil elsewhere.
+--- Inside nginx, the request (or timer) running now: a cosocket belongs to
+-- the one that created it.
+-- @return the context, nil outside nginx
 function _M.context()
   if get_request == nil then
     get_request = false
@@ -391,7 +414,10 @@ function _M.context()
   return get_request and get_request() or nil
 end
 
--- clock(opts) -> now_ms(), sleep_ms(ms): injected, else nginx's or luasocket's.
+--- The clock: injected (opts.now, opts.sleep), else nginx's or luasocket's.
+-- @tparam table opts
+-- @treturn function now_ms()
+-- @treturn function sleep_ms(ms)
 function _M.clock(opts)
   if opts and opts.now then
     return opts.now, opts.sleep or function() end

@@ -60,7 +60,7 @@ end
 -- against the names every Lua has).
 -- luacheck: push std max
 -- Whether Lua numbers include 64-bit integers (5.3/5.4). Without them int64
--- fields are doubles, exact up to 2^53 (README "64-bit values").
+-- fields are doubles, exact up to 2^53 (docs/client.md, "64-bit values").
 _M.int64 = math.type ~= nil
 _M.maxinteger, _M.mininteger = math.maxinteger, math.mininteger
 _M.table_unpack = table.unpack or unpack
