@@ -616,6 +616,33 @@ return {
     replace = [[  if false then self:_fail_over(id) end]],
     spec = "spec/mock_spec.lua", filter = "freeze", timeout = 60,
     ci = true, promise = "kafka.mock: freeze(id, true) fails the broker's partitions over at once" },
+  -- issue 31: the lua-resty-kafka drop-in ---------------------------------
+  { name = "compat-sync-offset-base", file = "compat/resty/kafka/producer.lua",
+    find = [[  return ll(offset + 1)]], replace = [[  return ll(offset)]],
+    spec = "spec/compat_spec.lua", filter = "sync producer", env = K,
+    promise = "the drop-in's sync send returns what the original returns: the partition's next offset, as cdata LL" },
+  { name = "compat-error-name-lost", file = "compat/resty/kafka/producer.lua",
+    find = [[  if kcode and kcode ~= 0 then return (Errors[kcode] or Errors[-1]).msg end]],
+    replace = [[  if false then return (Errors[kcode] or Errors[-1]).msg end]],
+    spec = "spec/compat_spec.lua", filter = "error_handle", env = K,
+    promise = "error_handle gets Kafka's error name as the original's err (\"MESSAGE_TOO_LARGE\")" },
+  { name = "compat-overflow-text", file = "compat/resty/kafka/producer.lua",
+    find = [[      if not self.wait_on_buffer_full then return nil, "buffer overflow" end]],
+    replace = [[      if not self.wait_on_buffer_full then return nil, err end]],
+    spec = "spec/compat_spec.lua", filter = "full buffer", env = K,
+    promise = "a full async buffer is nil, \"buffer overflow\" as in the original" },
+  { name = "compat-singleton-lost", file = "compat/resty/kafka/producer.lua",
+    find = [[  if async then cluster_inited[name] = self end]], replace = [[  if async then cluster_inited[name] = nil end]],
+    spec = "spec/compat_spec.lua", filter = "async producer", env = K,
+    promise = "an async producer is made once per worker and cluster_name (new() returns the same one)" },
+  { name = "compat-version-choice", file = "compat/resty/kafka/client.lua",
+    find = [[    return max_version
+  end
+  return hi]], replace = [[    return hi
+  end
+  return hi]],
+    spec = "spec/compat_spec.lua", filter = "the client", env = K,
+    promise = "choose_api_version picks the highest version within [min, max] the broker takes, as the original" },
   -- issue 29: one declaration per option ------------------------------------
   { name = "tls-no-verify-ignored", file = "lua/kafka/socket.lua",
     find = [[    verify = tls.verify_chain and "peer" or "none",]],

@@ -80,7 +80,7 @@ end
 local function fresh_copy()
   assert(sh("rm -rf " .. q(scratch) .. " && mkdir -p " .. q(scratch .. "/build")))
   local parts = {}
-  for _, d in ipairs { "lua", "csrc", "spec", "Makefile", "bin", "examples", "tools", "docs" } do
+  for _, d in ipairs { "lua", "csrc", "spec", "Makefile", "bin", "examples", "tools", "docs", "compat" } do
     if sh("test -e " .. q(root .. "/" .. d)) then parts[#parts + 1] = q(root .. "/" .. d) end
   end
   assert(sh("cp -a " .. table.concat(parts, " ") .. " " .. q(scratch)))

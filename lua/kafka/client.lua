@@ -508,15 +508,16 @@ function _M:invalidate(name)
   end
 end
 
-local TIMES = { latest = -1, earliest = -2 }
+local TIMES = { latest = -1, earliest = -2, max_timestamp = -3 }
 
 local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
 
 --- The offset of a partition at a time.
 -- @tparam string topic the topic
 -- @tparam integer partition the partition
--- @param time "earliest", "latest", -2, -1, or a timestamp in ms (the first offset
--- whose timestamp is >= it; -1 when there is none)
+-- @param time "earliest", "latest", -2, -1, "max_timestamp"/-3 (the offset of the
+-- message with the largest timestamp, KIP-734, Kafka 3.0+), or a timestamp in ms
+-- (the first offset whose timestamp is >= it; -1 when there is none)
 -- @param[opt] isolation_level 0/"read_uncommitted" (default: "latest" is the high
 -- watermark) or 1/"read_committed" ("latest" is the last stable offset, the first
 -- offset of the oldest transaction not decided yet)
@@ -525,9 +526,9 @@ local ISOLATION = { [0] = 0, [1] = 1, read_uncommitted = 0, read_committed = 1 }
 function _M:list_offsets(topic, partition, time, isolation_level)
   if type(topic) ~= "string" then check.fail("list_offsets", "topic", "a string", topic) end
   check.partition("list_offsets", "partition", partition)
-  local ts = TIMES[time] or (check.is_int(time) and time >= -2 and time) or nil
+  local ts = TIMES[time] or (check.is_int(time) and time >= -3 and time) or nil
   if not ts then
-    check.fail("list_offsets", "time", '"earliest", "latest" or a timestamp in ms', time)
+    check.fail("list_offsets", "time", '"earliest", "latest", "max_timestamp" or a timestamp in ms', time)
   end
   local level = ISOLATION[check.oneof("list_offsets", "isolation_level", isolation_level, 0,
     { 0, 1, "read_uncommitted", "read_committed" })]
@@ -537,6 +538,15 @@ function _M:list_offsets(topic, partition, time, isolation_level)
     local v
     v, err, code = c:version(API.ListOffsets)
     if not v then return nil, err, code end
+    if ts == -3 then
+      -- above the usual cap (v3: see kafka.connection's DEFAULT_CAPS): v7 is the first with it
+      local b = c.broker_versions and c.broker_versions[API.ListOffsets]
+      if not b or b.max < 7 then
+        return nil, ("list_offsets max_timestamp needs ListOffsets v7 (Kafka 3.0+), which %s does not speak"):format(
+          c:name()), "unsupported"
+      end
+      v = 7
+    end
     local part = { partition_index = partition, timestamp = ts, max_num_offsets = 1, current_leader_epoch = -1 }
     local resp
     resp, err, code = c:request(API.ListOffsets, { replica_id = -1, isolation_level = level,
