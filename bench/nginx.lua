@@ -4,7 +4,9 @@
 -- Prints "op\tsize\tcase\trate" lines:
 --   nginx_rps 200 plain|kafka   requests/s of a location without Kafka and of
 --                               the same location sending one 200-byte message
---                               (examples/openresty's per-worker producer): wrk,
+--                               (examples/openresty's per-worker producer), and
+--   nginx_rps 200 compat         of the same message through the lua-resty-kafka
+--                               drop-in's async producer (compat/): wrk,
 --                               1 thread, 20 connections (keep-alive), BENCH_NGINX_SECONDS
 --                               (5) per run after a 2 s warm-up, nginx with 1 worker
 --   produce 100 nginx_bg|nginx_sync  N x 100 B through a producer in a content
@@ -54,6 +56,7 @@ local conf = read(ROOT .. "/examples/openresty/nginx.conf")
 conf = conf:gsub("%$prefix/%.%./%.%.", ROOT):gsub('"%$prefix/%?%.lua', '"' .. ROOT .. "/examples/openresty/?.lua")
 conf = conf:gsub("listen 127%.0%.0%.1:8080;", ("listen 127.0.0.1:%d;\n    include %s/bench/nginx_locations.conf;")
   :format(port, ROOT))
+conf = conf:gsub('lua_package_path "', 'lua_package_path "' .. ROOT .. "/compat/?.lua;")
 conf = conf:gsub("worker_processes 2;", "worker_processes 1;"):gsub("access_log logs/access.log kafka;", "access_log off;")
 if lines("id -u"):match("^0") then conf = "user root;\n" .. conf end
 local f = assert(io.open(prefix .. "/nginx.conf", "w"))
@@ -77,7 +80,7 @@ local ok, err = pcall(function()
     assert(not out:find("Non%-2xx"), out)
     return tonumber(rate)
   end
-  for _, case in ipairs { "plain", "kafka" } do
+  for _, case in ipairs { "plain", "kafka", "compat" } do
     wrk("/bench/" .. case, 2) -- warm-up
     for _ = 1, 3 do print(("nginx_rps\t200\t%s\t%.0f"):format(case, wrk("/bench/" .. case, SECONDS))) end
     io.stdout:flush()

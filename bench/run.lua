@@ -608,6 +608,9 @@ if NGINX then
   ngx_rows[#ngx_rows + 1] = ("| requests/s, a content_by_lua location without Kafka | %s req/s | |"):format(K(plain))
   ngx_rows[#ngx_rows + 1] = ("| requests/s, the same location sending one 200 B message | %s req/s | %s of the plain rate |")
     :format(K(with), ratio(with, plain))
+  local compat = r("nginx_rps 200 compat")
+  ngx_rows[#ngx_rows + 1] = ("| requests/s, the same message through the lua-resty-kafka drop-in (async) | %s req/s"
+    .. " | %s of the plain rate |"):format(K(compat), ratio(compat, plain))
   local lua54 = (results["produce 100 none"] or {}).lua54
   local bg, sync, jit = r("produce 100 nginx_bg"), r("produce 100 nginx_sync"), r("produce 100 luajit")
   ngx_rows[#ngx_rows + 1] = ("| producer %d x 100 B, background mode in nginx (the sender timer) | %s msg/s | %s of plain LuaJIT |")

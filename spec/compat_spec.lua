@@ -141,6 +141,9 @@ describe("lua-resty-kafka's API on lua-kafka, in nginx", function()
           assert.are.equal(part["sync 1"], part["sync " .. i]) -- one key, one partition
           assert.are.equal("6b", keys["sync " .. i])           -- "k"
         end
+        -- a broker list naming a host only the resolver knows
+        assert.are.equal("first=6LL last=7LL diff=1LL type=cdata sum=7LL parts=1\n",
+          get("/sync", { host = host, port = pport, topic = topic, n = 2, key = "k", resolve = 1 }))
         assert_clean_log()
       end)
 

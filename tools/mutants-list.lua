@@ -635,6 +635,10 @@ return {
     find = [[  if async then cluster_inited[name] = self end]], replace = [[  if async then cluster_inited[name] = nil end]],
     spec = "spec/compat_spec.lua", filter = "async producer", env = K,
     promise = "an async producer is made once per worker and cluster_name (new() returns the same one)" },
+  { name = "compat-resolver-unused", file = "compat/resty/kafka/client.lua",
+    find = [[      local ip = resolver(host)]], replace = [[      local ip = nil]],
+    spec = "spec/compat_spec.lua", filter = "sync producer", env = K,
+    promise = "client_config.resolver resolves the broker names (a host only the resolver knows works)" },
   { name = "compat-version-choice", file = "compat/resty/kafka/client.lua",
     find = [[    return max_version
   end
