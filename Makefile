@@ -116,7 +116,7 @@ options-doc:
 
 lint:
 	luacheck lua spec examples tools bench compat
-	luac5.1 -p lua/kafka/*.lua spec/*.lua spec/support/*.lua compat/resty/kafka/*.lua # Lua 5.1 syntax: no //, bitwise ops, goto
+	luac5.1 -p lua/kafka/*.lua lua/kafka/*/*.lua spec/*.lua spec/support/*.lua compat/resty/kafka/*.lua compat/resty/kafka/*/*.lua # Lua 5.1 syntax: no //, bitwise ops, goto
 	lua5.4 tools/one_finally.lua spec/*.lua # busted keeps one finally() per test
 	cppcheck --enable=warning,performance,portability,style --error-exitcode=1 --inline-suppr -q \
 	  --std=c99 -I csrc csrc/*.c fuzz/*.c spec/support/mockbroker.c
