@@ -117,6 +117,42 @@ return {
     spec = { "spec/mock_spec.lua", "spec/client_spec.lua" }, filter = "no rewind|consumer",
     promise = "a retriable fetch error keeps the position (no rewind, no skip)" },
 
+  -- a group consumer's poll keeps its deadline (issue 27 item 2) -------------
+  { name = "group-send-own-deadline", file = "lua/kafka/group.lua",
+    find = [[local deadline = until_t or (client.now() + client.o.request_timeout_ms)]],
+    replace = [[local deadline = client.now() + client.o.request_timeout_ms]],
+    spec = "spec/group_deadline_spec.lua", filter = "frozen",
+    ci = true, promise = "finding and connecting to the coordinator never waits past the poll's deadline" },
+  { name = "group-ask-abandons", file = "lua/kafka/group.lua",
+    find = [[  if not resp and code == "timeout" and q.conn:waiting(q.corr) then return nil, err, "pending" end]],
+    replace = [[  if not resp and code == "timeout" and q.conn:waiting(q.corr) then
+    q.conn:abandon(q.corr)
+    self.asking[slot] = nil
+    return nil, err, "pending"
+  end]],
+    spec = "spec/group_deadline_spec.lua", filter = "poll%(0%)",
+    ci = true, promise = "a group request not answered by the poll's deadline stays in flight for a later poll" },
+  { name = "group-positions-blocking", file = "lua/kafka/consumer.lua",
+    find = [[  if g then
+    -- asked without waiting past the poll's deadline]],
+    replace = [[  if false then
+    -- asked without waiting past the poll's deadline]],
+    spec = "spec/group_deadline_spec.lua", filter = "poll%(0%)",
+    ci = true, promise = "a poll never waits for the committed offsets of new partitions past its deadline" },
+  { name = "group-poll0-no-fetch", file = "lua/kafka/consumer.lua",
+    find = [[    self:_positions(errs, deadline)
+    if fetchable(self) then]],
+    replace = [[    self:_positions(errs, deadline)
+    if now() >= deadline then break end
+    if fetchable(self) then]],
+    spec = "spec/group_deadline_spec.lua", filter = "poll%(0%)",
+    ci = true, promise = "a group consumer's poll(0) sends Fetches and returns what they brought" },
+  { name = "mock-inproc-read-1ms", file = "lua/kafka/mock/transport.lua",
+    find = [[rbuf = "", rpos = 1, total_timeout = true }, S)]],
+    replace = [[rbuf = "", rpos = 1 }, S)]],
+    spec = "spec/group_deadline_spec.lua", filter = "frozen",
+    ci = true, promise = "kafka.mock's in-process sockets look without waiting when the time is up (a poll's exact deadline)" },
+
   -- the README's promises ---------------------------------------------------
   { name = "acks-all-sent-as-1", file = "lua/kafka/producer/sink.lua",
     find = [[acks = p.acks,]],

@@ -379,19 +379,44 @@ end
 -- offsets for one of them (UNSTABLE_OFFSET_COMMIT) they wait without a
 -- position and without an error, asked again after retry_backoff_ms, as
 -- in Java's consumer (a poll never blocks on another producer's transaction).
-function _M:_positions(errs)
-  if not self.need_positions then return end
-  if self.unstable_until and self.client.now() < self.unstable_until then return end
-  local want = {}
-  for _, st in ipairs(self.fetcher.parts) do
-    if not st.offset then want[#want + 1] = { topic = st.topic, partition = st.partition, st = st } end
+function _M:_positions(errs, deadline)
+  local want = self.positions_want
+  if not (self.need_positions or want) then return end
+  local now = self.client.now()
+  if self.unstable_until and now < self.unstable_until then return end
+  if not want then
+    want = {}
+    for _, st in ipairs(self.fetcher.parts) do
+      if not st.offset then want[#want + 1] = { topic = st.topic, partition = st.partition, st = st } end
+    end
+    self.need_positions = false
+    if #want == 0 then return end
   end
-  self.need_positions = false
-  if #want == 0 then return end
-  local got, err, code, kcode = self.offsets:committed(want, { unstable_now = true })
+  local got, err, code, kcode, retriable
+  local g = self.group
+  if g then
+    -- asked without waiting past the poll's deadline (Member:ask): an
+    -- answer not in yet is taken by a later poll, for the same partitions
+    self.positions_want = want
+    local resp
+    resp, err, code = g:ask("positions", function(t) return g:coordinator(t, true) end, API.OffsetFetch,
+      self.offsets:committed_body(want), deadline or now + self.client.default_api_timeout_ms)
+    if not resp and code == "pending" then return end
+    self.positions_want = nil
+    if resp then
+      got, err, code, kcode, retriable = self.offsets:committed_result(want, resp, false)
+    else
+      self.offsets:invalidate()
+      retriable = client_mod.RETRIABLE[code]
+    end
+  else
+    got, err, code, kcode = self.offsets:committed(want, { unstable_now = true })
+  end
   if not got then
     self.need_positions = true
-    if kcode == errors.UNSTABLE_OFFSET_COMMIT then
+    if kcode == errors.UNSTABLE_OFFSET_COMMIT or retriable then
+      -- (a coordinator moved or down, an open transaction's offsets: asked
+      -- again after the backoff, as Java's consumer does, not reported)
       self.unstable_until = self.client.now() + self.retry_backoff_ms
     else
       errs[#errs + 1] = { topic = want[1].topic, partition = want[1].partition, err = err, code = code,
@@ -467,8 +492,8 @@ end
 -- (maybeAutoCommitOffsetsAsync): sent when due, its answer taken by this
 -- or a later poll, so poll keeps its deadline whatever the coordinator
 -- does (a commit waited for took a poll(200) to 4 s with a node frozen).
--- One at a time; finding the coordinator and connecting are bounded by the
--- poll's deadline.
+-- One at a time; finding the coordinator and connecting never wait past
+-- the poll's deadline (Member:coordinator: a later poll goes on with them).
 function _M:_auto_commit(deadline)
   local g = self.group
   if not (g and self.enable_auto_commit) then return end
@@ -480,7 +505,11 @@ function _M:_auto_commit(deadline)
   if not id then return end
   local offs = positions(self, g:owned_list(), false)
   if #offs == 0 then return end
-  local c, err, code, kcode = self.offsets:coordinator(deadline)
+  local c, err, code, kcode = g:coordinator(deadline, true)
+  if not c and code == "pending" then
+    self.next_auto_commit = t -- the coordinator is being found or connected: the next poll sends it
+    return
+  end
   local v
   if c then v, err, code = c:version(API.OffsetCommit) end
   local corr
@@ -576,7 +605,7 @@ function _M:poll(timeout_ms)
   end
   local msg, code, kcode = g:failure()
   if msg then return nil, msg, code, kcode end
-  g:poll_begin()
+  g:poll_begin(deadline)
   self:_auto_commit(deadline)
   while true do
     local can_fetch = fetchable(self)
@@ -584,13 +613,15 @@ function _M:poll(timeout_ms)
     msg, code, kcode = g:failure()
     if msg then return nil, msg, code, kcode end
     self:_auto_commit_answer()
-    self:_positions(errs)
-    local t = now()
-    if t >= deadline then break end
+    self:_positions(errs, deadline)
     if fetchable(self) then
+      -- (also past the deadline: a poll(0) takes what is buffered or
+      -- answered and sends the next Fetches, as the consumer without a group)
       self.fetcher:fetch(deadline, out, errs, g:next_due())
       if #out > 0 then break end
     else
+      local t = now()
+      if t >= deadline then break end
       local wake = math.min(deadline, g:next_due())
       if wake > t then client.sleep(math.max(1, math.ceil(wake - t))) end
     end

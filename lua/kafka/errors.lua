@@ -196,6 +196,8 @@ _M.codes = {
   rebalance = "a commit the group refused: partition not owned, old generation or epoch, rebalance in progress",
   group = "a fatal consumer group error (the Kafka code as the fourth value)",
   callback = "an error raised by a rebalance callback (in poll's error list)",
+  pending = "a group member's request still in flight at the poll's deadline (internal: a later poll takes"
+    .. " the answer; no public call returns it)",
   internal = "a bug in lua-kafka: please report it",
 }
 

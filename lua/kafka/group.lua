@@ -26,7 +26,8 @@
 local proto = require "kafka.proto"
 
 local errors = proto.errors
-local setmetatable, ipairs, pairs, tostring, xpcall = setmetatable, ipairs, pairs, tostring, xpcall
+local API_FIND, API_METADATA = proto.api.FindCoordinator, proto.api.Metadata
+local setmetatable, ipairs, pairs, tostring, xpcall, next = setmetatable, ipairs, pairs, tostring, xpcall, next
 local table, string, os, math = table, string, os, math
 local traceback = debug.traceback
 
@@ -134,6 +135,7 @@ function _M.new(consumer, cfg, impl)
     protocol = impl.NAME,
     state = "unjoined",
     pool = {},              -- node id -> the member's own coordinator connection
+    asking = {},            -- slot -> {conn=, corr=}: a request whose answer a later step takes (Member:ask)
     owned = {},             -- key -> {topic=, partition=}
     sub = nil,              -- {topics = {...}} | {pattern = "lua pattern"} | {regex = "server-side regex"}
     topics = {},            -- the subscribed topic names now (a pattern resolved)
@@ -250,53 +252,17 @@ function Member:lost(list)
   self.consumer:_group_remove(list)
 end
 
---- The subscription's topic names now (a Lua pattern matched against every
--- topic's name).
--- @tparam number deadline a time of the client's clock (ms)
--- @return the names, or nil, err, code
-function Member:resolve_topics(deadline)
-  local sub = self.sub
-  if sub.topics then return sub.topics end
-  local resp, err, code = self.client:load_metadata({}, deadline)
-  if not resp then return nil, err, code end
-  local names = {}
-  for _, t in ipairs(resp.topics or {}) do
-    if t.name and not t.is_internal and t.error_code == errors.NONE and string.find(t.name, sub.pattern) then
-      names[#names + 1] = t.name
-    end
-  end
-  table.sort(names)
-  return names
-end
-
---- The partition counts of the topics that exist (fresh metadata, never
--- auto-created).
--- @tparam table names topic names
--- @tparam number deadline a time of the client's clock (ms)
--- @return `{[topic] = partitions}`, or nil, err, code
-function Member:counts(names, deadline)
-  local counts = {}
-  if #names == 0 then return counts end
-  local resp, err, code = self.client:load_metadata({ topics = names }, deadline)
-  if not resp then return nil, err, code end
-  for _, t in ipairs(resp.topics or {}) do
-    if t.name and t.error_code == errors.NONE and #(t.partitions or {}) > 0 then
-      counts[t.name] = #t.partitions
-    end
-  end
-  return counts
-end
-
 --- A poll started. A gap longer than max_poll_interval_ms means the member
 -- was out of the group meanwhile (as Java's background thread would have
 -- left it): leave, report the partitions lost, rejoin.
-function Member:poll_begin()
+-- @tparam[opt] number deadline the poll's (bounds the LeaveGroup)
+function Member:poll_begin(deadline)
   local t = self.client.now()
   local last = self.last_poll
   self.last_poll = t
   if last and t - last > self.cfg.max_poll_interval_ms and self.state ~= "unjoined" and self.state ~= "fenced"
       and self.state ~= "failed" and self.state ~= "closed" then
-    self:leave("the poll interval was exceeded", t + self.client.default_api_timeout_ms)
+    self:leave("the poll interval was exceeded", deadline or t + self.client.default_api_timeout_ms)
     self:lost()
     self:rejoin_fresh()
   end
@@ -322,17 +288,146 @@ function Member:drop_request(reason)
   end
 end
 
+--- A request whose answer may come after until_t: it is sent once, and
+-- this call or a later one with the same slot takes the answer. Nothing
+-- here waits past until_t: a request still in flight then (or a connection
+-- still negotiating) is kept for the next call, never abandoned, so a poll
+-- keeps its deadline and a short poll still makes progress (Java's
+-- consumer keeps its FindCoordinator, OffsetFetch and metadata requests in
+-- flight across polls the same way). Its own end is the connection's:
+-- request_timeout_ms after it was sent.
+-- @tparam string slot one per purpose ("find", "metadata", "assign", "ids", "positions")
+-- @tparam function pick `pick(until_t)`: the connection to send on, or nil, err, code
+-- @param api the api
+-- @tparam table body the request (used when it is sent)
+-- @tparam number until_t a time of the client's clock (ms)
+-- @return the response, or nil, err, code ("pending" while it is in flight)
+function Member:ask(slot, pick, api, body, until_t)
+  local q = self.asking[slot]
+  if not q then
+    local c, err, code, kcode = pick(until_t)
+    if not c then
+      if code == "timeout" then code = "pending" end
+      return nil, err, code, kcode
+    end
+    local v
+    v, err, code = c:version(api)
+    if not v then return nil, err, code end
+    local corr
+    corr, err, code = c:send(api, v, body, { deadline = until_t })
+    if not corr then return nil, err, code end
+    q = { conn = c, corr = corr }
+    self.asking[slot] = q
+  end
+  local resp, err, code = q.conn:receive(q.corr, until_t)
+  if not resp and code == "timeout" and q.conn:waiting(q.corr) then return nil, err, "pending" end
+  self.asking[slot] = nil
+  return resp, err, code
+end
+
+--- Whether a request of Member:ask is in flight.
+-- @treturn boolean
+function Member:asking_any() return next(self.asking) ~= nil end
+
+--- The connection to the group's coordinator, found and connected without
+-- waiting past until_t (Member:ask).
+-- @tparam number until_t a time of the client's clock (ms)
+-- @tparam[opt] boolean shared the client's connection instead of the member's own (commits
+-- and offset fetches: never behind a JoinGroup the broker holds)
+-- @return the connection, or nil, err, code ("pending": ask again later), kafka_code
+function Member:coordinator(until_t, shared)
+  local offsets, client = self.offsets, self.client
+  if not offsets.node then
+    local resp, err, code = self:ask("find", function(t) return client:any_broker(t) end, API_FIND,
+      offsets:find_body(), until_t)
+    if not resp then return nil, err, code end
+    local node, kcode
+    node, err, code, kcode = offsets:found(resp)
+    if not node then return nil, err, code, kcode end
+  end
+  local c, err, code = client:broker(offsets.node, until_t, not shared and self.pool or nil)
+  if not c then
+    if code == "timeout" then return nil, err, "pending" end -- the connection negotiates on
+    if code ~= "backoff" then offsets:invalidate() end
+    return nil, err, code
+  end
+  return c
+end
+
+--- Fresh metadata of the subscription's topics (all topics for a pattern),
+-- without waiting past until_t (Member:ask); the client's cache takes it.
+-- Each purpose has its own slot, so an answer is never taken for a request
+-- of other topics.
+-- @tparam string slot "metadata" (the subscription), "assign", "ids"
+-- @tparam number until_t a time of the client's clock (ms)
+-- @tparam[opt] table names topic names (default: the subscription's)
+-- @tparam[opt] table ids topic ids instead of names
+-- @return the response, or nil, err, code ("pending": ask again later)
+function Member:metadata(slot, until_t, names, ids)
+  local client = self.client
+  names = names or (not ids and self.sub.topics)
+  local req
+  if ids then
+    req = {}
+    for i, id in ipairs(ids) do req[i] = { topic_id = id } end
+  elseif names then
+    req = {}
+    for i, n in ipairs(names) do req[i] = { name = n } end
+  end
+  local resp, err, code = self:ask(slot, function(t) return client:any_broker(t) end, API_METADATA,
+    { topics = req, allow_auto_topic_creation = false }, until_t)
+  if not resp then return nil, err, code end
+  client:_apply_metadata(resp)
+  return resp
+end
+
+--- The subscription's topic names in a metadata response (a Lua pattern
+-- matched against every topic's name), sorted.
+-- @tparam table resp a Metadata response
+-- @treturn table the names
+function Member:topic_names(resp)
+  local sub = self.sub
+  if sub.topics then return sub.topics end
+  local names = {}
+  for _, t in ipairs(resp.topics or {}) do
+    if t.name and not t.is_internal and t.error_code == errors.NONE and string.find(t.name, sub.pattern) then
+      names[#names + 1] = t.name
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+--- The partition counts of the named topics that exist in a metadata
+-- response.
+-- @tparam table resp a Metadata response
+-- @tparam table names topic names
+-- @treturn table `{[topic] = partitions}`
+function Member.topic_counts(_, resp, names)
+  local want = {}
+  for _, n in ipairs(names) do want[n] = true end
+  local counts = {}
+  for _, t in ipairs(resp.topics or {}) do
+    if t.name and want[t.name] and t.error_code == errors.NONE and #(t.partitions or {}) > 0 then
+      counts[t.name] = #t.partitions
+    end
+  end
+  return counts
+end
+
 --- Sends a group request over the member's own coordinator connection,
--- answered by a later step.
+-- answered by a later step; finding and connecting to the coordinator
+-- never waits past until_t (Member:coordinator).
 -- @param api the api
 -- @tparam table body the request
 -- @tparam[opt] number extra_ms time the broker may hold it (a JoinGroup's rebalance timeout)
 -- @tparam[opt] string what its name in errors
--- @return true, or nil, err, code
-function Member:send(api, body, extra_ms, what)
+-- @tparam[opt] number until_t a time of the client's clock (ms); default now + request_timeout_ms
+-- @return true, or nil, err, code ("pending": the coordinator is being found or connected)
+function Member:send(api, body, extra_ms, what, until_t)
   local client = self.client
-  local deadline = client.now() + client.o.request_timeout_ms
-  local c, err, code, kcode = self.offsets:coordinator(deadline, self.pool)
+  local deadline = until_t or (client.now() + client.o.request_timeout_ms)
+  local c, err, code, kcode = self:coordinator(deadline)
   if not c then return nil, err, code, kcode end
   local v
   v, err, code = c:version(api)
@@ -374,6 +469,7 @@ end
 function Member:close_conns()
   for _, c in pairs(self.pool) do c:close("group member closed") end
   self.pool = {}
+  self.asking = {}
 end
 
 --- The error a poll reports in a fatal state.

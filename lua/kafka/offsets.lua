@@ -53,9 +53,21 @@ function _M:_find(deadline)
   v, err, code = c:version(API.FindCoordinator)
   if not v then return nil, err, code end
   local resp
-  resp, err, code = c:request(API.FindCoordinator, { key = self.group_id, key_type = 0 },
-    { version = v, deadline = deadline })
+  resp, err, code = c:request(API.FindCoordinator, self:find_body(), { version = v, deadline = deadline })
   if not resp then return nil, err, code end
+  return self:found(resp)
+end
+
+--- The FindCoordinator request of the group.
+-- @treturn table the body
+function _M:find_body() return { key = self.group_id, key_type = 0 } end
+
+--- Takes a FindCoordinator answer (one asked here, or by a group member
+-- that asks without waiting): the coordinator is cached.
+-- @tparam table resp the response
+-- @return the node id, or nil, err, code, kafka_code, retriable
+function _M:found(resp)
+  local client = self.client
   self.lookups = self.lookups + 1
   if resp.error_code ~= errors.NONE then
     local e = errors.info(resp.error_code)
@@ -66,6 +78,7 @@ function _M:_find(deadline)
   if not b or b.host ~= resp.host or b.port ~= resp.port then
     client.brokers[resp.node_id] = { host = resp.host, port = resp.port }
   end
+  self.node = resp.node_id
   return resp.node_id
 end
 
@@ -203,30 +216,47 @@ local function pkey(topic, partition) return topic .. "\0" .. partition end
 -- @treturn table `{{topic=, partition=, offset=, metadata=}...}` (offset -1 when none is
 -- committed), or nil, err, code, kafka_code
 function _M:committed(partitions, o)
-  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
   local wait_unstable = not (o and o.unstable_now)
-  return self:request(API.OffsetFetch, { group_id = self.group_id, topics = list, require_stable = true }, function(resp)
-    if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error(self, "committed", resp.error_code) end
-    local found = {}
-    for _, tr in ipairs(resp.topics or {}) do
-      for _, pr in ipairs(tr.partitions or {}) do
-        if pr.error_code ~= errors.NONE then
-          local _, err, code, kcode, retriable = kafka_error(self, ("committed %s/%d"):format(tr.name,
-            pr.partition_index), pr.error_code)
-          if pr.error_code == errors.UNSTABLE_OFFSET_COMMIT then retriable = wait_unstable end
-          return nil, err, code, kcode, retriable
-        end
-        found[pkey(tr.name, pr.partition_index)] = pr
-      end
-    end
-    local result_list = {}
-    for i, p in ipairs(partitions) do
-      local pr = found[pkey(p.topic, p.partition)]
-      result_list[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
-                         metadata = pr and pr.metadata }
-    end
-    return result_list
+  return self:request(API.OffsetFetch, self:committed_body(partitions), function(resp)
+    return self:committed_result(partitions, resp, wait_unstable)
   end)
+end
+
+--- The OffsetFetch request for partitions (require_stable, as committed()).
+-- @tparam table partitions `{{topic=, partition=}...}`
+-- @treturn table the body
+function _M:committed_body(partitions)
+  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
+  return { group_id = self.group_id, topics = list, require_stable = true }
+end
+
+--- An OffsetFetch answer as committed() returns it (one asked here, or by a
+-- consumer's poll that asks without waiting).
+-- @tparam table partitions `{{topic=, partition=}...}` (the request's)
+-- @tparam table resp the response
+-- @tparam boolean wait_unstable UNSTABLE_OFFSET_COMMIT is retriable
+-- @return the list, or nil, err, code, kafka_code, retriable
+function _M:committed_result(partitions, resp, wait_unstable)
+  if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error(self, "committed", resp.error_code) end
+  local found = {}
+  for _, tr in ipairs(resp.topics or {}) do
+    for _, pr in ipairs(tr.partitions or {}) do
+      if pr.error_code ~= errors.NONE then
+        local _, err, code, kcode, retriable = kafka_error(self, ("committed %s/%d"):format(tr.name,
+          pr.partition_index), pr.error_code)
+        if pr.error_code == errors.UNSTABLE_OFFSET_COMMIT then retriable = wait_unstable end
+        return nil, err, code, kcode, retriable
+      end
+      found[pkey(tr.name, pr.partition_index)] = pr
+    end
+  end
+  local result_list = {}
+  for i, p in ipairs(partitions) do
+    local pr = found[pkey(p.topic, p.partition)]
+    result_list[i] = { topic = p.topic, partition = p.partition, offset = pr and pr.committed_offset or -1,
+                       metadata = pr and pr.metadata }
+  end
+  return result_list
 end
 
 return _M

@@ -35,6 +35,8 @@ function _M.init(m)
   m.hb_next = 0
   m.need_rejoin = false
   m.snapshot = nil          -- {[topic] = partitions} the member's subscription had when it joined
+  m.join_meta = nil         -- the metadata of the join under way (kept while the coordinator is found)
+  m.join_resp = nil         -- the leader's JoinGroup answer while its assignment waits for metadata
   m.meta_next = 0
   m.strategies = m.cfg.partition_assignment_strategy
 end
@@ -53,6 +55,7 @@ end
 -- rejoin(): join again at the next step (eager strategies revoke first, in _join)
 function _M.rejoin(m)
   m:drop_request("rejoining")
+  m.join_meta, m.join_resp = nil, nil
   m:set_state("unjoined")
   m.retry_at = 0
 end
@@ -82,40 +85,48 @@ local function subscription(m, topics)
   })
 end
 
-function _M._join(m)
+-- _join(m, until_t): fresh metadata of the subscription, then JoinGroup.
+-- Neither waits past until_t: "pending" leaves the member unjoined, and
+-- the next step goes on where this one stopped (Member:ask).
+function _M._join(m, until_t)
   local client = m.client
   local now = client.now()
-  local deadline = now + client.default_api_timeout_ms
+  until_t = until_t or now + client.default_api_timeout_ms
   if not _M.cooperative(m) then
     -- eager: everything is given up before joining (Java's onJoinPrepare)
     m:revoked(m:owned_list())
   end
-  local topics, err, code = m:resolve_topics(deadline)
-  if not topics then
-    m:backoff()
-    return nil, err, code
+  local resp = m.join_meta
+  if not resp then
+    local err, code
+    resp, err, code = m:metadata("metadata", until_t)
+    if not resp then
+      if code == "pending" then m.retry_at = now + 10 else m:backoff() end
+      return nil, err, code
+    end
+    m.join_meta = resp
   end
+  local topics = m:topic_names(resp)
   m.topics = topics
-  local counts
-  counts, err, code = m:counts(topics, deadline)
-  if not counts then
-    m:backoff()
-    return nil, err, code
-  end
+  local counts = m:topic_counts(resp, topics)
   m.snapshot = counts
   m.meta_next = now + client.metadata_max_age_ms
   local protocols = {}
   local meta = subscription(m, topics)
   for i, name in ipairs(m.strategies) do protocols[i] = { name = name, metadata = meta } end
-  local ok
-  ok, err, code = m:send(API.JoinGroup, {
+  local ok, err, code = m:send(API.JoinGroup, {
     group_id = m.group_id, session_timeout_ms = m.cfg.session_timeout_ms,
     rebalance_timeout_ms = m.cfg.rebalance_timeout_ms, member_id = m.member_id,
     group_instance_id = m.instance_id, protocol_type = "consumer", protocols = protocols,
     reason = m.join_reason,
-  }, m.cfg.rebalance_timeout_ms + 5000, "join")
+  }, m.cfg.rebalance_timeout_ms + 5000, "join", until_t)
   if not ok then
-    m:backoff()
+    if code == "pending" then
+      m.retry_at = now + 10
+    else
+      m.join_meta = nil
+      m:backoff()
+    end
     return nil, err, code
   end
   m:set_state("joining")
@@ -123,8 +134,9 @@ function _M._join(m)
 end
 
 -- The leader's assignment: every member's subscription decoded, fresh
--- metadata for all their topics, the chosen assignor.
-local function assign(m, resp)
+-- metadata for all their topics (the join's own when it covers them, else
+-- asked without waiting past until_t), the chosen assignor.
+local function assign(m, resp, until_t)
   local members, all, seen = {}, {}, {}
   for _, mm in ipairs(resp.members or {}) do
     local _, sub = proto.decode_data("ConsumerProtocolSubscription", mm.metadata or "")
@@ -142,8 +154,15 @@ local function assign(m, resp)
       end
     end
   end
-  local counts, err, code = m:counts(all, m.client.now() + m.client.default_api_timeout_ms)
-  if not counts then return nil, err, code end
+  local counts, covered = m.snapshot, m.snapshot ~= nil
+  for _, t in ipairs(all) do
+    if covered and not counts[t] then covered = false end
+  end
+  if not covered then
+    local meta, err, code = m:metadata("assign", until_t, all)
+    if not meta then return nil, err, code end
+    counts = m:topic_counts(meta, all)
+  end
   local fn = assignors[resp.protocol_name]
   if not fn then return nil, "unknown assignor " .. tostring(resp.protocol_name), "group" end
   local result = fn(members, counts)
@@ -181,14 +200,46 @@ local function coordinator_moved(m, ec)
   return false
 end
 
-local function on_join(m, resp)
+-- The leader's assignment (when this member leads) and SyncGroup; the
+-- JoinGroup answer stays in m.join_resp while the assignment's metadata
+-- or the coordinator's connection is pending.
+local function finish_join(m, until_t)
+  local resp = m.join_resp
+  local assignments = {}
+  if resp.leader == resp.member_id and not resp.skip_assignment then
+    local err, code
+    assignments, err, code = assign(m, resp, until_t)
+    if not assignments then
+      if code == "pending" then return nil, err, code end
+      m.join_resp = nil
+      m:set_state("unjoined")
+      m:backoff()
+      return nil, err, code
+    end
+  end
+  local ok, err, code = m:send(API.SyncGroup, {
+    group_id = m.group_id, generation_id = m.generation, member_id = m.member_id, group_instance_id = m.instance_id,
+    protocol_type = "consumer", protocol_name = m.protocol_name, assignments = assignments,
+  }, 0, "sync", until_t)
+  if not ok and code == "pending" then return nil, err, code end
+  m.join_resp = nil
+  if not ok then
+    m:set_state("unjoined")
+    m:backoff()
+    return nil, err, code
+  end
+  m:set_state("syncing")
+end
+
+local function on_join(m, resp, until_t)
   local ec = resp.error_code
   if ec == errors.MEMBER_ID_REQUIRED then
     m.member_id = resp.member_id
     m:set_state("unjoined")
     m.retry_at = 0
-    return _M._join(m)
+    return _M._join(m, until_t) -- (with the join's metadata, kept for it)
   end
+  m.join_meta = nil
   if ec == errors.UNKNOWN_MEMBER_ID then
     m.member_id = ""
     m:set_state("unjoined")
@@ -215,26 +266,8 @@ local function on_join(m, resp)
   m.generation = resp.generation_id
   m.protocol_name = resp.protocol_name
   m.leader_id = resp.leader
-  local assignments = {}
-  if resp.leader == resp.member_id and not resp.skip_assignment then
-    local err, code
-    assignments, err, code = assign(m, resp)
-    if not assignments then
-      m:set_state("unjoined")
-      m:backoff()
-      return nil, err, code
-    end
-  end
-  local ok, err, code = m:send(API.SyncGroup, {
-    group_id = m.group_id, generation_id = m.generation, member_id = m.member_id, group_instance_id = m.instance_id,
-    protocol_type = "consumer", protocol_name = m.protocol_name, assignments = assignments,
-  }, 0, "sync")
-  if not ok then
-    m:set_state("unjoined")
-    m:backoff()
-    return nil, err, code
-  end
-  m:set_state("syncing")
+  m.join_resp = resp
+  return finish_join(m, until_t)
 end
 
 local function on_sync(m, resp)
@@ -295,15 +328,17 @@ local function on_heartbeat(m, resp)
 end
 
 -- The subscription's topics or partition counts changed: rejoin.
-local function metadata_changed(m, now)
+-- (its metadata asked without waiting past until_t: pending, the next
+-- step takes the answer)
+local function metadata_changed(m, now, until_t)
   if now < m.meta_next then return false end
   local client = m.client
+  local resp, _, code = m:metadata("metadata", until_t)
+  if not resp and code == "pending" then return false end
   m.meta_next = now + client.metadata_max_age_ms
-  local deadline = now + client.default_api_timeout_ms
-  local topics = m:resolve_topics(deadline)
-  if not topics then return false end
-  local counts = m:counts(topics, deadline)
-  if not counts then return false end
+  if not resp then return false end
+  local topics = m:topic_names(resp)
+  local counts = m:topic_counts(resp, topics)
   local old = m.snapshot or {}
   for t, n in pairs(counts) do
     if old[t] ~= n then return true end
@@ -322,19 +357,26 @@ function _M.step(m, until_t)
   local st = m.state
   if st == "unjoined" then
     if not m.sub or now < m.retry_at then return end
-    _M._join(m)
+    _M._join(m, until_t)
     st = m.state
+  end
+  if st == "joining" and not m.req then
+    -- the leader's assignment or its SyncGroup is pending (finish_join)
+    if m.join_resp then finish_join(m, until_t) end
+    if m.state == "syncing" then return _M.step(m, until_t) end
+    return
   end
   if st == "joining" or st == "syncing" then
     local resp, _, code = m:await(until_t)
     if not resp then
       if code ~= "timeout" then
+        m.join_meta = nil
         m:set_state("unjoined")
         m:backoff()
       end
       return
     end
-    if st == "joining" then on_join(m, resp) else on_sync(m, resp) end
+    if st == "joining" then on_join(m, resp, until_t) else on_sync(m, resp) end
     if m.state == "joining" or m.state == "syncing" then return _M.step(m, until_t) end
     return
   end
@@ -349,16 +391,17 @@ function _M.step(m, until_t)
       if m.state ~= "stable" then return _M.step(m, until_t) end
       return
     end
-    if metadata_changed(m, now) then
+    if metadata_changed(m, now, until_t) then
       m.join_reason = "metadata changed"
       _M.rejoin(m)
       return _M.step(m, until_t)
     end
     if now >= m.hb_next then
       m.hb_sent = now
-      local ok = m:send(API.Heartbeat, { group_id = m.group_id, generation_id = m.generation, member_id = m.member_id,
-        group_instance_id = m.instance_id }, 0, "heartbeat")
-      if not ok then m.hb_next = now + client:backoff(1) end
+      local ok, _, code = m:send(API.Heartbeat, { group_id = m.group_id, generation_id = m.generation,
+        member_id = m.member_id, group_instance_id = m.instance_id }, 0, "heartbeat", until_t)
+      -- (pending: the coordinator is being found or connected; tried again shortly)
+      if not ok then m.hb_next = now + (code == "pending" and 10 or client:backoff(1)) end
     end
   end
 end
@@ -367,6 +410,7 @@ end
 function _M.next_due(m)
   local st = m.state
   local now = m.client.now()
+  if m:asking_any() then return now + 10 end -- an answer a later step takes (Member:ask)
   if st == "stable" then
     if m.req then return now + 10 end
     return math.min(m.hb_next, m.meta_next)

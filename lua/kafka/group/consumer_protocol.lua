@@ -95,27 +95,41 @@ local function heartbeat_body(m, leaving)
   return body
 end
 
-local function send_heartbeat(m, now)
+-- (a pattern's topics are asked without waiting past until_t: pending,
+-- the heartbeat goes with the names known, but the first one waits for them)
+local function send_heartbeat(m, now, until_t)
   if m.sub and not m.sub.regex and (m.epoch == 0 or now >= m.meta_next) and m.sub.pattern then
-    local topics = m:resolve_topics(now + m.client.default_api_timeout_ms)
-    if topics then m.topics = topics end
-    m.meta_next = now + m.client.metadata_max_age_ms
+    local resp, _, code = m:metadata("metadata", until_t)
+    if resp then m.topics = m:topic_names(resp) end
+    if code == "pending" and m.epoch == 0 then
+      m.hb_next = now + 10
+      if m.state == "unjoined" then m.retry_at = m.hb_next end
+      return false
+    end
+    if code ~= "pending" then m.meta_next = now + m.client.metadata_max_age_ms end
   elseif m.sub and m.sub.topics then
     m.topics = m.sub.topics
   end
   m.hb_sent = now
-  local ok = m:send(API.ConsumerGroupHeartbeat, heartbeat_body(m), 0, "heartbeat")
+  local ok, _, code = m:send(API.ConsumerGroupHeartbeat, heartbeat_body(m), 0, "heartbeat", until_t)
   if not ok then
-    m:backoff()
-    m.hb_next = m.retry_at
+    if code == "pending" then
+      m.hb_next = now + 10
+      if m.state == "unjoined" then m.retry_at = m.hb_next end
+    else
+      m:backoff()
+      m.hb_next = m.retry_at
+    end
     return false
   end
   if m.state == "unjoined" then m:set_state("joining") end
   return true
 end
 
--- Resolves the target's topic ids to names (Metadata by id when unknown).
-local function resolve(m, target)
+-- Resolves the target's topic ids to names (Metadata by id when unknown,
+-- asked without waiting past until_t: the names still unknown then are
+-- "unresolved", and the next heartbeat's answer tries again).
+local function resolve(m, target, until_t)
   local client = m.client
   local names, missing = {}, {}
   for _, t in ipairs(target) do
@@ -123,8 +137,7 @@ local function resolve(m, target)
     if name then names[t.topic_id] = name else missing[#missing + 1] = t.topic_id end
   end
   if #missing > 0 then
-    local deadline = client.now() + client.default_api_timeout_ms
-    if not client:load_metadata({ topic_ids = missing }, deadline) then client:load_metadata({}, deadline) end
+    m:metadata("ids", until_t, nil, missing)
     for _, t in ipairs(target) do
       if not names[t.topic_id] then names[t.topic_id] = client:topic_name(t.topic_id) end
     end
@@ -143,8 +156,8 @@ end
 
 -- reconcile(): revoke what the target no longer has, acknowledge, assign
 -- what it adds.
-local function reconcile(m)
-  local list, unresolved = resolve(m, m.target)
+local function reconcile(m, until_t)
+  local list, unresolved = resolve(m, m.target, until_t)
   m.unresolved = unresolved
   local want = {}
   for _, tp in ipairs(list) do want[group.key(tp.topic, tp.partition)] = tp end
@@ -169,7 +182,7 @@ local function reconcile(m)
   m:set_state("stable")
 end
 
-local function on_heartbeat(m, resp)
+local function on_heartbeat(m, resp, until_t)
   local ec = resp.error_code
   if ec == errors.NONE then
     m.attempts = 0
@@ -181,9 +194,9 @@ local function on_heartbeat(m, resp)
     if m.state == "joining" then m:set_state("stable") end
     if resp.assignment then
       m.target = resp.assignment.topic_partitions or {}
-      reconcile(m)
+      reconcile(m, until_t)
     elseif m.unresolved and m.target then
-      reconcile(m)
+      reconcile(m, until_t)
     end
     return
   end
@@ -229,21 +242,21 @@ function _M.step(m, until_t)
       end
       return
     end
-    on_heartbeat(m, resp)
+    on_heartbeat(m, resp, until_t)
     now = client.now()
   end
   if m.state == "unjoined" and now >= m.retry_at and m.sub then
-    send_heartbeat(m, now)
+    send_heartbeat(m, now, until_t)
     if m.state == "joining" then return _M.step(m, until_t) end
     return
   end
-  if (m.state == "stable") and not m.req and now >= m.hb_next then send_heartbeat(m, now) end
+  if (m.state == "stable") and not m.req and now >= m.hb_next then send_heartbeat(m, now, until_t) end
 end
 
 function _M.next_due(m)
   local st = m.state
   local now = m.client.now()
-  if m.req then return now + 10 end
+  if m.req or m:asking_any() then return now + 10 end
   if st == "stable" then return m.hb_next end
   if st == "unjoined" then return m.sub and math.max(now, m.retry_at) or math.huge end
   return math.huge

@@ -23,7 +23,9 @@ S.__index = S
 -- socket_factory() -> function returning socket objects for kafka.client's `socket` option
 function _M:socket_factory()
   return function()
-    return setmetatable({ cluster = self, timeout = nil, rbuf = "", rpos = 1 }, S)
+    -- total_timeout: the timeout bounds a whole receive (0 looks at what is
+    -- there without waiting), as kafka.socket's luasocket wrapper
+    return setmetatable({ cluster = self, timeout = nil, rbuf = "", rpos = 1, total_timeout = true }, S)
   end
 end
 
