@@ -1381,3 +1381,100 @@ describe("kafka.mock in-process on an injected clock", function()
     cluster:close()
   end)
 end)
+
+-- issue 27: a controller move as a client of a KRaft cluster sees it when
+-- the active controller (a combined node) is killed: until a controller is
+-- elected nothing is fenced, no leader changes (the dead node stays
+-- registered: listed, named leader, in the ISR, its connects refused, as
+-- Kafka's KRaft metadata cache answers), CreateTopics waits for the
+-- controller (a broker forwards it) and auto-creation does not happen
+describe("kafka.mock: the controller", function()
+  local t, cluster
+  before_each(function()
+    t = 0
+    cluster = mock.new { brokers = 3, topics = { t = { partitions = 3, replication_factor = 3 } },
+      now = function() return t end, sleep = function(ms) t = t + ms end }
+  end)
+  after_each(function() cluster:close() end)
+
+  -- {leader, epoch, error, isr} per partition of t, the brokers listed, controller_id, as broker id answers
+  local function view(id)
+    local c = conn_to(cluster, id, { now = cluster.now })
+    local md = assert(c:request("Metadata", { topics = { { name = "t" } }, allow_auto_topic_creation = true }))
+    c:close()
+    local parts, brokers = {}, {}
+    for _, p in ipairs(md.topics[1].partitions) do
+      parts[p.partition_index + 1] = { p.leader_id, p.leader_epoch, p.error_code, table.concat(p.isr_nodes, ",") }
+    end
+    for _, b in ipairs(md.brokers) do brokers[#brokers + 1] = b.node_id end
+    table.sort(brokers)
+    return { parts = parts, brokers = table.concat(brokers, ","), controller_id = md.controller_id }
+  end
+
+  local function create(c, name)
+    local resp, err = c:request("CreateTopics", { topics = { { name = name, num_partitions = 1, replication_factor = 2,
+      assignments = {}, configs = {} } }, timeout_ms = 1000, validate_only = false })
+    return resp and resp.topics[1].error_code, err
+  end
+
+  it("kill_controller(election_ms): no leader change and admin requests wait until the election, then the next node "
+    .. "fences the dead one", function()
+    local before = view(2)
+    assert.are.same({ parts = { { 1, 0, 0, "1,2,3" }, { 2, 0, 0, "2,3,1" }, { 3, 0, 0, "3,1,2" } }, brokers = "1,2,3",
+      controller_id = 1 }, before)
+    assert.are.same({ 1, 1 }, { cluster:controller(), cluster:kill_controller(3000) })
+    assert.is_nil(cluster:controller())
+    -- the dead node is still named: listed, leader, in the ISR; its connects refused
+    assert.are.same(before, view(2))
+    local s = cluster:socket_factory()()
+    assert.are.same({ nil, "connection refused" }, { s:connect("mock", 9092) })
+    -- auto-creation goes to the controller: the topic is not created
+    local c = conn_to(cluster, 3, { now = cluster.now })
+    local md = assert(c:request("Metadata", { topics = { { name = "fresh" } }, allow_auto_topic_creation = true }))
+    assert.are.same({ E.LEADER_NOT_AVAILABLE, 0 }, { md.topics[1].error_code, #md.topics[1].partitions })
+    assert.is_nil(cluster.topics.fresh)
+    -- CreateTopics waits for the election: answered at 3000 ms
+    t = 1000
+    assert.are.same({ 0 }, { create(c, "made") })
+    assert.are.same({ 3000, 2, "2,3" }, { t, cluster:controller(), table.concat(cluster.topics.made.partitions[0].replicas, ",") })
+    -- the new controller fenced node 1: its partition moved (epoch 1), it is out of the ISR and the list
+    assert.are.same({ parts = { { 2, 1, 0, "2,3" }, { 2, 0, 0, "2,3" }, { 3, 0, 0, "3,2" } }, brokers = "2,3",
+      controller_id = 2 }, view(3))
+    -- back with a controller elected: registered at once, its partitions stay moved
+    cluster:up(1)
+    assert.are.same({ parts = { { 2, 1, 0, "1,2,3" }, { 2, 0, 0, "2,3,1" }, { 3, 0, 0, "3,1,2" } }, brokers = "1,2,3",
+      controller_id = 1 }, view(1))
+    c:close()
+  end)
+
+  it("the election needs a majority running; a node started meanwhile serves from the election on; CreateTopics "
+    .. "times out after 60 s; move_controller(id) elects at once", function()
+    assert.are.equal(1, cluster:kill_controller(1000))
+    cluster:down(2) -- no controller: node 2 stays registered and leader
+    local c = conn_to(cluster, 3, { now = cluster.now })
+    c.request_timeout_ms = 90000
+    t = 5000
+    assert.are.same({ parts = { { 1, 0, 0, "1,2,3" }, { 2, 0, 0, "2,3,1" }, { 3, 0, 0, "3,1,2" } }, brokers = "1,2,3",
+      controller_id = 1 }, view(3))
+    assert.is_nil(cluster:controller()) -- one node of three runs
+    assert.are.same({ E.REQUEST_TIMED_OUT }, { create(c, "late") })
+    assert.are.same({ 65000, nil }, { t, cluster.topics.late })
+    -- two of three: elected at once, the first running node after node 1;
+    -- it fences both dead nodes, then registers node 2 (its leaders moved)
+    cluster:up(2)
+    assert.are.same({ 2 }, { cluster:controller() })
+    assert.are.same({ parts = { { 3, 1, 0, "2,3" }, { 3, 1, 0, "2,3" }, { 3, 0, 0, "3,2" } }, brokers = "2,3",
+      controller_id = 2 }, view(3))
+    -- a node started while no controller is elected waits for one
+    assert.are.equal(2, cluster:kill_controller(5000))
+    cluster:up(1)
+    local s = cluster:socket_factory()()
+    assert.are.same({ nil, "connection refused" }, { s:connect("mock", 9092) })
+    cluster:move_controller(3)
+    assert.are.same({ 1, 3 }, { s:connect("mock", 9092), cluster:controller() })
+    assert.are.same({ parts = { { 3, 1, 0, "1,3" }, { 3, 1, 0, "3,1" }, { 3, 0, 0, "3,1" } }, brokers = "1,3",
+      controller_id = 1 }, view(1))
+    s:close()
+    c:close()
+  end)
+end)
