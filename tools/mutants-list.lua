@@ -90,7 +90,7 @@ return {
     spec = { "spec/mock_spec.lua", "spec/client_spec.lua" }, filter = "seek drops",
     promise = "seek drops what earlier fetches left for the partition: the next poll starts at the new offset" },
   { name = "fetch-not-pipelined", file = "lua/kafka/fetcher.lua",
-    find = [[  if piped then self:_send_fetches(self.deadline, errs, skip, f.parts) end]],
+    find = [[  if piped then self:_send_fetches(self.deadline, errs, skip, f.parts, f.conn.node_id) end]],
     replace = [[]],
     spec = "spec/mock_spec.lua", filter = "pipelining",
     promise = "the next Fetch to a broker goes out before the answer's records are decoded (issue 9)" },
