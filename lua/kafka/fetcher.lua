@@ -309,12 +309,29 @@ end
 -- skip are left out until the time given). Partitions whose leader cannot
 -- be reached get an error in errs and are tried again after
 -- retry_backoff_ms. With only (a Fetch's partitions), just those that are
--- still assigned: the pipelined Fetch to the broker that answered.
-function _M:_send_fetches(deadline, errs, skip, only)
+-- still assigned, and those the metadata now has on node (the broker that
+-- answered): the pipelined Fetch to it. (Without them a partition whose
+-- leader moved to a broker with data flowing was left out for good: a
+-- pipelined Fetch is always in flight there.)
+function _M:_send_fetches(deadline, errs, skip, only, node)
   local client = self.client
   local items = {}
   local tnow = client.now()
-  for _, st in ipairs(only or self.parts) do
+  local cands = only or self.parts
+  if only and node then
+    cands = {}
+    local inset = {}
+    for _, st in ipairs(only) do
+      cands[#cands + 1] = st
+      inset[st] = true
+    end
+    for _, st in ipairs(self.parts) do
+      local t = not inset[st] and not st.fetch and client.topics[st.topic]
+      local p = t and t.partitions[st.partition]
+      if p and p.leader == node then cands[#cands + 1] = st end
+    end
+  end
+  for _, st in ipairs(cands) do
     if not st.fetch and not st.paused and st.fetch_offset and not (skip[st] and skip[st] > tnow)
       and (not only or self.index[pkey(st.topic, st.partition)] == st) then
       items[#items + 1] = st
@@ -445,7 +462,7 @@ function _M:_collect(f, deadline, out, errs, skip)
       end
     end
   end
-  if piped then self:_send_fetches(self.deadline, errs, skip, f.parts) end
+  if piped then self:_send_fetches(self.deadline, errs, skip, f.parts, f.conn.node_id) end
   local nerr, nout = #errs, #out
   -- (one hold more while the answer's partitions are settled)
   local hold = { n = 1, frame = frame }

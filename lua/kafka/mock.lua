@@ -9,8 +9,20 @@
 --
 -- Faults: fail(api, error_code, count [, topic, partition]), down(id), up(id),
 -- freeze(id [, move_leaders]), thaw(id), move_leader(topic, partition, id),
--- delay(api, ms), drop_response(api, count).
--- Inspection: records(topic, partition), committed(group), group(id), offsets(topic, partition).
+-- kill_controller(election_ms), move_controller(id), delay(api, ms),
+-- drop_response(api, count).
+-- Inspection: records(topic, partition), committed(group), group(id), offsets(topic, partition),
+-- controller().
+-- The controller (KRaft, every node a voter as in combined mode): node 1
+-- at first. A broker that stops is fenced by the active controller at once
+-- (its leaders fail over); while no controller is elected (kill_controller's
+-- election_ms) nothing is fenced and no leader changes: a dead node stays
+-- registered (listed in Metadata, still named leader of its partitions, its
+-- connects refused), a node started again serves only once a controller is
+-- elected, CreateTopics/DeleteTopics wait for the election (REQUEST_TIMED_OUT
+-- after 60 s, Kafka's forwarding timeout) and Metadata does not auto-create.
+-- The election needs a majority of the nodes running; the winner is the
+-- first running node after the killed one, by id.
 -- See README.md, "Testing your code with kafka.mock".
 -- Parts: this file (the cluster: topics, brokers, faults, inspection),
 -- kafka.mock.serve (a connection: frames in, answers out in order),
@@ -104,6 +116,7 @@ function _M.new(opts)
     next_pid = 1000, txn_ids = {}, pids = {},
     faults = {}, delays = {}, drops = {},
     conns = {}, parked = {},
+    active_controller = 1, election = nil, awaiting_controller = {},
     stats = { requests = {}, closed_bad = 0 },
   }, mt)
   check_int(self.default_partitions, "default_partitions", "new", 1)
@@ -210,13 +223,29 @@ local function up_brokers(self)
   for _, id in ipairs(self.ids) do if self.brokers[id].up then t[#t + 1] = id end end
   return t
 end
-_M._up_brokers = up_brokers -- the live brokers' ids (the handlers' Metadata)
+_M._up_brokers = up_brokers -- the live brokers' ids
 
--- the coordinator of a group or transactional id: a hash over the live brokers
+-- Registered: running, or stopped but not yet fenced (no controller since).
+-- Kafka's metadata lists these brokers and names them leaders.
+local function registered(b)
+  return b.up or not b.fenced
+end
+_M._registered = registered
+
+local function registered_brokers(self)
+  local t = {}
+  for _, id in ipairs(self.ids) do if registered(self.brokers[id]) then t[#t + 1] = id end end
+  return t
+end
+_M._registered_brokers = registered_brokers -- the handlers' Metadata
+
+-- the coordinator of a group or transactional id: a hash over the
+-- registered brokers (a dead one stays coordinator until it is fenced, as
+-- the leader of its __consumer_offsets partition does)
 function _M:coordinator(key)
-  local up = up_brokers(self)
-  if #up == 0 then return nil end
-  return up[proto.murmur2(key) % #up + 1]
+  local reg = registered_brokers(self)
+  if #reg == 0 then return nil end
+  return reg[proto.murmur2(key) % #reg + 1]
 end
 
 function _M:_close_broker_conns(b)
@@ -243,36 +272,62 @@ function _M:_fail_over(id)
   end
 end
 
--- down(id [, keep_leaders]): the broker stops (connections closed, connects
--- refused); its partitions fail over to a live replica unless keep_leaders.
-function _M:down(id, keep_leaders)
-  local b = self:_broker_arg("down", id)
+-- The active controller fences a stopped broker: out of the metadata, its
+-- partitions to a live replica unless it was stopped with keep_leaders.
+function _M:_fence(b)
+  b.fenced = true
+  if not b.keep_leaders then self:_fail_over(b.id) end
+end
+
+-- the process stops: connections closed, connects refused, the port closed
+local function stop(self, b)
   b.up, b.frozen = false, nil
   self:_close_broker_conns(b)
   if b.server then
     b.server:close()
     b.server = nil
   end
-  if not keep_leaders then self:_fail_over(id) end
+end
+
+-- down(id [, keep_leaders]): the broker stops (connections closed, connects
+-- refused); the controller fences it at once: its partitions fail over to a
+-- live replica unless keep_leaders. With no controller elected it stays
+-- registered, its leaders kept, until the election. Stopping the active
+-- controller is kill_controller(0).
+function _M:down(id, keep_leaders)
+  local b = self:_broker_arg("down", id)
+  if id == self.active_controller then
+    b.keep_leaders = keep_leaders and true or nil
+    return self:_kill_controller(0)
+  end
+  b.pending_up = nil
+  if not b.up then return true end
+  stop(self, b)
+  b.keep_leaders = keep_leaders and true or nil
+  if self.active_controller then self:_fence(b) end
   return true
 end
 
 -- freeze(id [, move_leaders]): the broker stops answering, as a JVM stopped
 -- with SIGSTOP: connections and requests are taken (the kernel's buffers)
 -- but nothing is served or sent until thaw(id); with move_leaders its
--- partitions fail over at once, as the cluster fences a broker whose
--- heartbeats stopped. (Its groups' timers go on running; what a client
--- sent on a connection it closed meanwhile is dropped with it.)
+-- partitions fail over at once (or at the election when no controller is
+-- elected), as the cluster fences a broker whose heartbeats stopped. (Its
+-- groups' timers go on running; what a client sent on a connection it
+-- closed meanwhile is dropped with it.)
 function _M:freeze(id, move_leaders)
   local b = self:_broker_arg("freeze", id)
   b.frozen = true
-  if move_leaders then self:_fail_over(id) end
+  if move_leaders then
+    if self.active_controller then self:_fail_over(id) else b.move_on_election = true end
+  end
   return true
 end
 
 -- thaw(id): a frozen broker serves what it was sent meanwhile, in order
 function _M:thaw(id)
   local b = self:_broker_arg("thaw", id)
+  b.move_on_election = nil
   if not b.frozen then return true end
   b.frozen = nil
   for c in pairs(self.conns) do
@@ -281,24 +336,135 @@ function _M:thaw(id)
   return true
 end
 
--- up(id): the broker comes back (same port); partitions it leads are led again only after move_leader
-function _M:up(id)
-  local b = self:_broker_arg("up", id)
-  if b.up then return true end
-  b.up = true
+-- the broker process runs again and registers: partitions left without a
+-- live leader get it back
+local function start(self, b)
+  b.up, b.fenced, b.pending_up, b.keep_leaders = true, nil, nil, nil
   if self.listening then self:_bind(b, b.port) end
-  -- partitions left without a live leader get this one back
   for _, t in pairs(self.topics) do
     for i = 0, t.count - 1 do
       local p = t.partitions[i]
       if not self.brokers[p.leader].up then
         for _, r in ipairs(p.replicas) do
-          if r == id then p.leader, p.epoch = r, p.epoch + 1 end
+          if r == b.id then p.leader, p.epoch = r, p.epoch + 1 end
         end
       end
     end
   end
+end
+
+-- up(id): the broker comes back (same port); partitions it leads are led
+-- again only after move_leader. With no controller elected it serves from
+-- the election on (a broker registers with the controller first).
+function _M:up(id)
+  local b = self:_broker_arg("up", id)
+  if b.up then return true end
+  if self.active_controller then start(self, b) else
+    b.pending_up = true
+    self:_check_election()
+  end
   return true
+end
+
+--------------------------------------------------------------------------
+-- the controller
+
+-- controller() -> the active controller's id, or nil while one is elected
+function _M:controller()
+  return self.active_controller
+end
+
+function _M:_kill_controller(ms)
+  local id = self.active_controller
+  stop(self, self.brokers[id])
+  self.active_controller = nil
+  self.election = { at = self.now() + ms, after = id }
+  self:_check_election()
+  return id
+end
+
+-- kill_controller(election_ms) -> the id of the node killed: the active
+-- controller's node stops as with down(id) (kill -9 of a combined node), and
+-- no controller is elected for election_ms on the cluster's clock (Kafka:
+-- the quorum's fetch timeout and election, and broker.session.timeout.ms
+-- before the new controller fences the dead node: 3 s + 9 s at the
+-- defaults); then the first running node after it by id is elected, if a
+-- majority of the nodes runs (else at the first tick that has one).
+function _M:kill_controller(ms)
+  check_int(ms, "election_ms", "kill_controller", 0)
+  if not self.active_controller then caller_error("kill_controller", "no controller is elected") end
+  self.brokers[self.active_controller].keep_leaders = nil
+  return self:_kill_controller(ms)
+end
+
+-- move_controller(id): node id is the active controller now (a running node,
+-- not frozen): the controller resigned, or an election in progress ends now
+function _M:move_controller(id)
+  local b = self:_broker_arg("move_controller", id)
+  if not (b.up or b.pending_up) or b.frozen then caller_error("move_controller", "broker " .. id .. " is not running") end
+  self:_elect(id)
+  return true
+end
+
+-- the new controller: it fences the stopped nodes, registers the started
+-- ones, moves the frozen ones' leaders if asked, and answers the admin
+-- requests that waited
+function _M:_elect(id)
+  self.election = nil
+  self.active_controller = id
+  for _, bid in ipairs(self.ids) do
+    local b = self.brokers[bid]
+    if not b.up and not b.fenced then self:_fence(b) end
+  end
+  for _, bid in ipairs(self.ids) do
+    local b = self.brokers[bid]
+    if b.pending_up then start(self, b) end
+    if b.move_on_election then
+      b.move_on_election = nil
+      self:_fail_over(bid)
+    end
+  end
+  local waiting = self.awaiting_controller
+  self.awaiting_controller = {}
+  for _, w in ipairs(waiting) do w.reply(w.run()) end
+end
+
+-- the election, once due: a majority of the nodes running (a node started
+-- again counts: its controller runs before its broker registers)
+function _M:_check_election(now)
+  local e = self.election
+  if not e or (now or self.now()) < e.at then return end
+  local running, n = 0, #self.ids
+  local winner
+  for _, id in ipairs(self.ids) do
+    local b = self.brokers[id]
+    if (b.up or b.pending_up) and not b.frozen then running = running + 1 end
+  end
+  if running * 2 <= n then return end
+  for k = 1, n do
+    local id = self.ids[(e.after - 1 + k) % n + 1]
+    local b = self.brokers[id]
+    if (b.up or b.pending_up) and not b.frozen then winner = id; break end
+  end
+  self:_elect(winner)
+end
+
+-- a request only the controller acts on (CreateTopics, DeleteTopics: a
+-- broker forwards them) waits for the election: run() gives the answer
+-- then; after 60 s (Kafka's forwarding retry timeout) timed_out() does
+local FORWARD_TIMEOUT_MS = 60000
+function _M:_await_controller(reply, run, timed_out)
+  self.awaiting_controller[#self.awaiting_controller + 1] = { reply = reply, run = run, timed_out = timed_out,
+    deadline = self.now() + FORWARD_TIMEOUT_MS }
+end
+
+function _M:_expire_awaiting(now)
+  if #self.awaiting_controller == 0 then return end
+  local keep = {}
+  for _, w in ipairs(self.awaiting_controller) do
+    if now >= w.deadline then w.reply(w.timed_out()) else keep[#keep + 1] = w end
+  end
+  self.awaiting_controller = keep
 end
 
 -- move_leader(topic, partition, broker_id)
@@ -460,9 +626,12 @@ _M._bind = transport._bind
 --------------------------------------------------------------------------
 -- timers
 
--- tick([now]): session timeouts, join phases, Fetch waits (also run by step() and the in-process sockets)
+-- tick([now]): the election, session timeouts, join phases, Fetch and admin waits (also run by step(),
+-- each request served and the in-process sockets)
 function _M:tick(now)
   now = now or self.now()
+  self:_check_election(now)
+  self:_expire_awaiting(now)
   for _, g in pairs(self.groups) do g:tick(now) end
   self:_wake_fetches(now)
 end
@@ -474,6 +643,8 @@ function _M:_next_deadline()
     if d and (not t or d < t) then t = d end
   end
   for _, pk in ipairs(self.parked) do if not t or pk.deadline < t then t = pk.deadline end end
+  for _, w in ipairs(self.awaiting_controller) do if not t or w.deadline < t then t = w.deadline end end
+  if self.election and (not t or self.election.at < t) then t = self.election.at end
   for c in pairs(self.conns) do
     local item = c:_due()
     if item and (not t or item.at < t) then t = item.at end

@@ -91,10 +91,12 @@ local function topic_metadata(self, t, version)
   for i = 0, t.count - 1 do
     local p = t.partitions[i]
     local isr, offline = {}, {}
+    -- (Kafka's KRaft metadata cache: a stopped broker the controller has not
+    -- fenced yet is still in the ISR and named leader)
     for _, r in ipairs(p.replicas) do
-      if self.brokers[r].up then isr[#isr + 1] = r else offline[#offline + 1] = r end
+      if self._registered(self.brokers[r]) then isr[#isr + 1] = r else offline[#offline + 1] = r end
     end
-    local lup = self.brokers[p.leader].up
+    local lup = self._registered(self.brokers[p.leader])
     parts[#parts + 1] = { error_code = lup and 0 or E.LEADER_NOT_AVAILABLE, partition_index = i,
       leader_id = lup and p.leader or -1, leader_epoch = p.epoch, replica_nodes = p.replicas, isr_nodes = isr,
       offline_replicas = offline }
@@ -105,11 +107,11 @@ end
 
 H.Metadata = function(self, _, b, version)
   local brokers = {}
-  for _, id in ipairs(self.ids) do
+  local reg = self:_registered_brokers()
+  for _, id in ipairs(reg) do
     local br = self.brokers[id]
-    if br.up then brokers[#brokers + 1] = { node_id = id, host = br.host, port = br.port } end
+    brokers[#brokers + 1] = { node_id = id, host = br.host, port = br.port }
   end
-  local up = self:_up_brokers()
   local topics = {}
   local req = b.topics
   if version == 0 and req and #req == 0 then req = nil end
@@ -125,7 +127,11 @@ H.Metadata = function(self, _, b, version)
     for _, rt in ipairs(req) do
       local name = rt.name
       local t = name and self.topics[name]
-      if not t and name and self.auto_create and (version < 4 or b.allow_auto_topic_creation) then
+      local auto = not t and name and self.auto_create and (version < 4 or b.allow_auto_topic_creation)
+      if auto and not self.active_controller then
+        -- the creation goes to the controller: none is elected
+        topics[#topics + 1] = { error_code = E.LEADER_NOT_AVAILABLE, name = name, partitions = {} }
+      elseif auto then
         t = self:_create(name, self.default_partitions)
         if not t then
           topics[#topics + 1] = { error_code = self._valid_topic_name(name) and E.INVALID_REPLICATION_FACTOR
@@ -143,7 +149,9 @@ H.Metadata = function(self, _, b, version)
   if f then
     for _, t in ipairs(topics) do if fault_hits(f, t.name, nil) then t.error_code = f.code end end
   end
-  return { brokers = brokers, cluster_id = self.cluster_id, controller_id = up[1] or -1, topics = topics,
+  -- controller_id: in KRaft a registered broker, not the controller (KIP-590:
+  -- clients' admin requests go to any broker, which forwards them); here the lowest
+  return { brokers = brokers, cluster_id = self.cluster_id, controller_id = reg[1] or -1, topics = topics,
     cluster_authorized_operations = (version >= 8 and version <= 10) and -2147483648 or nil }
 end
 
@@ -546,8 +554,19 @@ H.InitProducerId = function(self, _, b)
   return { throttle_time_ms = 0, error_code = 0, producer_id = pid, producer_epoch = 0 }
 end
 
+-- CreateTopics and DeleteTopics: the broker forwards them to the
+-- controller; with none elected they wait for the election (or time out)
+local function forwarded(handler, timed_out)
+  return function(self, conn, b, version, reply)
+    if self.active_controller then return handler(self, conn, b, version) end
+    self:_await_controller(reply, function() return handler(self, conn, b, version) end,
+      function() return timed_out(b, version) end)
+    return nil
+  end
+end
+
 -- CreateTopics
-H.CreateTopics = function(self, _, b, version)
+local function create_topics(self, _, b, version)
   local f = self:_take_fault(API.CreateTopics, {})
   local out = {}
   for _, ct in ipairs(b.topics or {}) do
@@ -579,8 +598,17 @@ H.CreateTopics = function(self, _, b, version)
   return { throttle_time_ms = 0, topics = out }
 end
 
+H.CreateTopics = forwarded(create_topics, function(b, version)
+  local out = {}
+  for _, ct in ipairs(b.topics or {}) do
+    out[#out + 1] = { name = ct.name, error_code = E.REQUEST_TIMED_OUT, num_partitions = -1, replication_factor = -1,
+      configs = {}, error_message = version >= 1 and "timed out waiting for the controller" or nil }
+  end
+  return { throttle_time_ms = 0, topics = out }
+end)
+
 -- DeleteTopics
-H.DeleteTopics = function(self, _, b, version)
+local function delete_topics(self, _, b, version)
   local f = self:_take_fault(API.DeleteTopics, {})
   local list = {}
   if version >= 6 then
@@ -606,6 +634,17 @@ H.DeleteTopics = function(self, _, b, version)
   end
   return { throttle_time_ms = 0, responses = out }
 end
+
+H.DeleteTopics = forwarded(delete_topics, function(b, version)
+  local out = {}
+  if version >= 6 then
+    for _, t in ipairs(b.topics or {}) do out[#out + 1] = { name = t.name, topic_id = t.topic_id,
+      error_code = E.REQUEST_TIMED_OUT } end
+  else
+    for _, n in ipairs(b.topic_names or {}) do out[#out + 1] = { name = n, error_code = E.REQUEST_TIMED_OUT } end
+  end
+  return { throttle_time_ms = 0, responses = out }
+end)
 
 -- DeleteRecords
 H.DeleteRecords = function(self, conn, b)

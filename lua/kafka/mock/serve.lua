@@ -126,6 +126,7 @@ function serve(self, conn, frame)
   local corr = i32(frame, 9)
   local range = SUPPORTED[key]
   local now = self.now()
+  self:_check_election(now) -- (an election due while no socket waited)
   if key == API.ApiVersions and range and version > range[2] then
     -- an ApiVersions the mock does not know: error 35 with a v0 body, as Kafka does
     local body = api_versions_body(E.UNSUPPORTED_VERSION)
