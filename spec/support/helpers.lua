@@ -338,6 +338,39 @@ function _M.mock_client(cluster, o)
   return require("kafka").client.new(o)
 end
 
+-- mock_conn(cluster, id [, opts]) -> a raw kafka.connection to one broker of
+-- an in-process kafka.mock cluster, connected (opts.now: the connection
+-- keeps time on that clock, the cluster's injected one)
+function _M.mock_conn(cluster, id, opts)
+  local b = cluster.brokers[id]
+  local c = require("kafka.connection").new { host = b.host, port = b.port, socket = cluster:socket_factory(),
+    request_timeout_ms = 5000, max_versions = opts and opts.max_versions, client_id = opts and opts.client_id or "spec",
+    now = opts and opts.now }
+  assert(c:connect())
+  return c
+end
+
+-- mock_consume_all(client, topic, want) -> {[partition] = {messages}}, count:
+-- every partition of topic read from the earliest offset until want
+-- messages are in (at most 2,000 polls of 10 ms)
+function _M.mock_consume_all(client, topic, want)
+  local c = require("kafka").consumer.new(client, { fetch_max_wait_ms = 0 })
+  local n = assert(client:partitions(topic))
+  local a = {}
+  for p = 0, n - 1 do a[#a + 1] = { topic = topic, partition = p, offset = "earliest" } end
+  assert(c:assign(a))
+  local by_part, got = {}, 0
+  for _ = 1, 2000 do -- (a poll holds max_poll_records, 500)
+    if got >= want then break end
+    for _, m in ipairs(assert(c:poll(10))) do
+      by_part[m.partition] = by_part[m.partition] or {}
+      table.insert(by_part[m.partition], m)
+      got = got + 1
+    end
+  end
+  return by_part, got
+end
+
 -- Whether process pid runs. A process killed whose parent has not reaped
 -- it yet (a zombie: an orphan waits for the machine's init) answers
 -- kill -0 as if it ran; /proc tells, where there is one.
