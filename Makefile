@@ -223,11 +223,17 @@ bench: all $(MOCKBROKER) build/bench/floor build/bench/rdkafka_bench
 	BENCH_ROOT=$(CURDIR) KAFKA_JVM_OPTS="$(BENCH_KAFKA_JVM)" $(TEST_ENV) lua5.4 bench/run.lua
 
 # Regenerates csrc/apis.c from Kafka's JSON definitions, the union of one or
-# more folders, oldest first: make gen KAFKA_DEFS="kafka-3.9/... kafka-4.1/..."
-# (fails, leaving csrc/apis.c alone, where two folders disagree on a version)
+# more folders, oldest first (fails, leaving csrc/apis.c alone, where two
+# folders disagree on a version). `make gen` fetches the definitions of the
+# kafka-clients jars KAFKA_GEN_VERSIONS from Maven Central into
+# KAFKA_DEFS_DIR (tools/fetch-protocol.sh; outside the repository, never
+# committed) and generates from them; KAFKA_DEFS="dir dir..." takes folders
+# as they are instead.
+KAFKA_GEN_VERSIONS ?= 3.9.1 4.1.2 4.4.0
+KAFKA_DEFS_DIR ?= /tmp/lua-kafka-defs
 gen:
-	@test -n "$(KAFKA_DEFS)" || { echo "usage: make gen KAFKA_DEFS=\"dir-3.9 dir-4.1\" (each a common/message folder, oldest first)"; exit 2; }
-	python3 tools/gen-apis.py $(KAFKA_DEFS) > csrc/apis.c.tmp && mv csrc/apis.c.tmp csrc/apis.c || { rm -f csrc/apis.c.tmp; exit 1; }
+	@if [ -z "$(KAFKA_DEFS)" ]; then for v in $(KAFKA_GEN_VERSIONS); do tools/fetch-protocol.sh $$v $(KAFKA_DEFS_DIR)/$$v || exit 1; done; fi
+	python3 tools/gen-apis.py $(or $(KAFKA_DEFS),$(addprefix $(KAFKA_DEFS_DIR)/,$(KAFKA_GEN_VERSIONS))) > csrc/apis.c.tmp && mv csrc/apis.c.tmp csrc/apis.c || { rm -f csrc/apis.c.tmp; exit 1; }
 
 # The API reference from the doc comments (LDoc, config.ld) into build/docs/api
 # (generated, not committed; any LDoc warning fails it), and docs/options.md

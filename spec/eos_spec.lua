@@ -516,6 +516,52 @@ for _, version in ipairs(rk.versions()) do
       c:close()
     end)
 
+    -- TxnOffsetCommit's GenerationIdOrMemberEpoch (GenerationId before
+    -- Kafka 4.4): the member's generation (classic) or epoch (consumer
+    -- protocol) goes with the offsets, so the coordinator takes a member's
+    -- commit and refuses a zombie's
+    it("send_offsets_to_transaction carries a group member's generation: taken when current, refused when stale",
+      function()
+      local topic = rt.uniq("eos-gen")
+      rt.create_topic(client, topic, 1, 1)
+      for _, protocol in ipairs(version:match("^3%.") and { "classic" } or { "classic", "consumer" }) do
+        local group = rt.uniq("g")
+        local c = kafka.consumer.new(client, { group_id = group, group_protocol = protocol,
+          enable_auto_commit = false, fetch_max_wait_ms = 100 })
+        assert(c:subscribe { topic })
+        local gm
+        local deadline = os.time() + 30
+        repeat
+          c:poll(100)
+          gm = c:group_metadata()
+        until (gm.generation_id > 0 and #c:assignment() == 1) or os.time() > deadline
+        assert.is_true(gm.generation_id > 0, protocol .. ": the member never got its generation")
+        local tp = kafka.producer.new(client, { transactional_id = rt.uniq("tid"), linger_ms = 1e9 })
+        assert(tp:init_transactions())
+        assert(tp:begin_transaction())
+        assert(tp:send(topic, "gen-1"))
+        local ok, err = tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 5 } }, gm)
+        assert(ok, protocol .. ": " .. tostring(err))
+        assert(tp:commit_transaction())
+        local got
+        for _ = 1, 50 do
+          got = assert(c:committed { { topic = topic, partition = 0 } })[1].offset
+          if got == 5 then break end
+          client.sleep(100)
+        end
+        assert.are.equal(5, got, protocol)
+        assert(tp:begin_transaction())
+        local stale = { group_id = gm.group_id, member_id = gm.member_id, generation_id = gm.generation_id + 1 }
+        local code, kcode
+        ok, _, code, kcode = tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 9 } }, stale)
+        assert.are.same({ protocol, nil, "abortable", E.ILLEGAL_GENERATION }, { protocol, ok, code, kcode })
+        assert(tp:abort_transaction())
+        assert.are.equal(5, assert(c:committed { { topic = topic, partition = 0 } })[1].offset)
+        tp:close()
+        c:close()
+      end
+    end)
+
     it("consume-transform-produce (manual assignment): an aborted round is redone, the output holds each input once", function()
       local input, output = rt.uniq("eos-in"), rt.uniq("eos-out")
       rt.create_topic(client, input, 1, 1)

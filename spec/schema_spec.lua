@@ -9,24 +9,39 @@ describe("schema round trip", function()
   local r = H.rng(12345)
   local apis = proto.apis()
 
-  it("covers the apis the issue names, in every version Kafka 3.9 and 4.1 define", function()
-    -- the union of Kafka 3.9's definitions (v0 up) and 4.1.2's (the newest;
-    -- OffsetCommit 10, OffsetFetch 10, InitProducerId 6 are unstable there)
-    local want = { Produce = 13, Fetch = 18, ListOffsets = 10, Metadata = 13, OffsetCommit = 9,
-      OffsetFetch = 9, FindCoordinator = 6, ApiVersions = 4, JoinGroup = 9, SyncGroup = 5,
-      Heartbeat = 4, LeaveGroup = 5, SaslHandshake = 1, SaslAuthenticate = 2, InitProducerId = 5,
-      CreateTopics = 7, DeleteTopics = 6, DescribeGroups = 6, ListGroups = 5,
-      ConsumerGroupHeartbeat = 1, ConsumerGroupDescribe = 1, ListConfigResources = 1 }
-    for name, max in pairs(want) do
+  it("covers the apis the issue names, in every version Kafka 3.9, 4.1 and 4.4 define", function()
+    -- the union of Kafka 3.9's definitions (v0 up), 4.1.2's and 4.4.0's (the
+    -- newest; InitProducerId 6 is unstable there): name -> {min, max}
+    local want = { Produce = { 0, 13 }, Fetch = { 0, 18 }, ListOffsets = { 0, 11 }, Metadata = { 0, 13 },
+      OffsetCommit = { 0, 10 }, OffsetFetch = { 0, 10 }, FindCoordinator = { 0, 6 }, ApiVersions = { 0, 5 },
+      JoinGroup = { 0, 9 }, SyncGroup = { 0, 5 }, Heartbeat = { 0, 4 }, LeaveGroup = { 0, 5 },
+      SaslHandshake = { 0, 1 }, SaslAuthenticate = { 0, 2 }, InitProducerId = { 0, 5 },
+      CreateTopics = { 0, 7 }, DeleteTopics = { 0, 6 }, DescribeGroups = { 0, 6 }, ListGroups = { 0, 5 },
+      ConsumerGroupHeartbeat = { 0, 1 }, ConsumerGroupDescribe = { 0, 1 }, ListConfigResources = { 0, 1 },
+      TxnOffsetCommit = { 0, 6 }, DeleteGroups = { 0, 3 }, ShareFetch = { 1, 2 }, ShareAcknowledge = { 1, 2 },
+      DescribeShareGroupOffsets = { 0, 1 }, StreamsGroupHeartbeat = { 0, 1 }, StreamsGroupDescribe = { 0, 1 },
+      StreamsGroupTopologyDescriptionUpdate = { 0, 0 }, UnregisterController = { 0, 0 } }
+    for name, range in pairs(want) do
       local lo, hi = proto.versions(name)
-      assert.are.equal(0, lo, name)
-      assert.are.equal(max, hi, name)
+      assert.are.same(range, { lo, hi }, name)
     end
-    assert.is_true(#apis >= 85)
+    assert.are.equal(95, #apis)
+    assert.are.equal(93, proto.api_key("StreamsGroupTopologyDescriptionUpdate"))
+    assert.are.equal(94, proto.api_key("UnregisterController"))
     -- the old name of key 74 still works
     assert.are.equal(74, proto.api_key("ListClientMetricsResources"))
     assert.are.equal(74, proto.api_key("list_client_metrics_resources"))
     assert.are.equal("ListConfigResources", proto.api_name(74))
+  end)
+
+  -- Kafka 4.4 renamed TxnOffsetCommit's GenerationId to
+  -- GenerationIdOrMemberEpoch in every version (as OffsetCommit's before):
+  -- one name for all versions, the newest
+  it("TxnOffsetCommit's generation is generation_id_or_member_epoch in every version that has it", function()
+    local names = {}
+    for _, f in ipairs(proto.schema("TxnOffsetCommit", "request").fields) do names[f.name] = { f.vmin, f.vmax } end
+    assert.are.same({ 3, 32767 }, names.generation_id_or_member_epoch)
+    assert.is_nil(names.generation_id)
   end)
 
   for _, a in ipairs(apis) do

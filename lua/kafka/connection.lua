@@ -42,7 +42,8 @@ end
 local _M = { VERSION = "0.1.0" }
 local mt = { __index = _M }
 
-local API_VERSIONS, METADATA = proto.api.ApiVersions, proto.api.Metadata
+local API = proto.api
+local API_VERSIONS, METADATA = API.ApiVersions, API.Metadata
 local CHUNK = 1048576 -- largest read on sockets whose timeout is not a deadline per call
 -- largest read on luasocket: its receive(n) gathers n bytes 8 KiB at a time
 -- in a luaL_Buffer, which LuaJIT builds by concatenating strings; a frame in
@@ -56,12 +57,17 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
                    [13] = 0, [14] = 0, [15] = 0, [16] = 0 }
 
 -- Caps where a newer version changes the shape the client writes or needs
--- state we do not keep (Produce v13+ and Fetch v13+ address topics by id; OffsetFetch v8+
--- batches groups; FindCoordinator v4+ batches keys; ListOffsets v4+ only adds
--- leader epochs, which librdkafka 2.0.2's mock broker writes as int64).
--- Every broker from 2.1 to 4.x accepts these versions.
--- Produce v13+ addresses topics by id as well.
-local DEFAULT_CAPS = { [0] = 12, [1] = 12, [2] = 3, [9] = 7, [10] = 3 }
+-- state we do not keep: the last version whose fields the client fills (an
+-- upper bound; the broker's own range still applies). docs/client.md lists them.
+local DEFAULT_CAPS = {
+  [API.Produce] = 12,         -- v13+ addresses topics by id
+  [API.Fetch] = 12,           -- v13+ addresses topics by id
+  [API.ListOffsets] = 3,      -- v4+ adds leader epochs, which librdkafka 2.0.2's mock writes as int64
+  [API.OffsetCommit] = 9,     -- v10 addresses topics by id
+  [API.OffsetFetch] = 7,      -- v8+ batches groups (and v10 addresses topics by id)
+  [API.FindCoordinator] = 3,  -- v4+ batches keys
+}
+-- (TxnOffsetCommit: kafka.producer.txnmgr picks 5 or 4 itself; v6 addresses topics by id.)
 local PRODUCE, FETCH = proto.api_key("Produce"), proto.api_key("Fetch")
 local GATHER = { gather = true } -- encode_request's option: a Produce frame in pieces
 

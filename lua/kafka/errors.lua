@@ -144,6 +144,14 @@ local list = {
   { 127, "VOTER_NOT_FOUND", false, "voter not found" },
   { 128, "INVALID_REGULAR_EXPRESSION", false, "invalid regular expression" },
   { 129, "REBOOTSTRAP_REQUIRED", false, "client metadata is stale: rebootstrap" },
+  { 130, "STREAMS_INVALID_TOPOLOGY", false, "the supplied streams topology is invalid" },
+  { 131, "STREAMS_INVALID_TOPOLOGY_EPOCH", false, "the supplied streams topology epoch is invalid" },
+  { 132, "STREAMS_TOPOLOGY_FENCED", false, "the supplied streams topology epoch is outdated" },
+  { 133, "SHARE_SESSION_LIMIT_REACHED", true, "the limit of share sessions has been reached" },
+  { 134, "GROUP_DELETION_FAILED", false, "DeleteGroups could not complete (see the per-group error message)" },
+  { 135, "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED", false,
+    "the broker could not process the topology description update (see the error message)" },
+  { 136, "CONTROLLER_ID_NOT_REGISTERED", false, "the given controller id was not registered" },
 }
 
 for _, e in ipairs(list) do

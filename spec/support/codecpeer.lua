@@ -12,7 +12,7 @@ local ipairs, pairs, type, tostring, error, setmetatable, tonumber, pcall =
 
 local _M = {}
 
-_M.KAFKA = "4.1.2" -- the kafka-clients version whose classes are the oracle
+_M.KAFKA = "4.4.0" -- the kafka-clients version whose classes are the oracle (its definitions include 4.1.2's)
 
 local rk = require "support.realkafka"
 

@@ -358,7 +358,7 @@ function _M:send_offsets(offsets, gm)
       local v
       v, cerr, ccode = c:version(API.TxnOffsetCommit)
       if not v then return nil, cerr, ccode end
-      local cap = v2 and 5 or 4 -- v5: the group coordinator adds the offsets to the transaction (v2 only)
+      local cap = v2 and 5 or 4 -- v5: the group coordinator adds the offsets to the transaction (v2 only); v6: topic ids
       if v > cap then v = cap end
       if v2 and v < 5 then
         return nil, ("%s: TxnOffsetCommit v%d cannot add offsets to a transaction v2 (v5+)"):format(c:name(), v),
@@ -367,7 +367,7 @@ function _M:send_offsets(offsets, gm)
       local resp
       resp, cerr, ccode = c:request(API.TxnOffsetCommit, { transactional_id = p.transactional_id,
         group_id = gm.group_id, producer_id = p.producer_id, producer_epoch = p.producer_epoch,
-        generation_id = gm.generation_id or -1, member_id = gm.member_id or "",
+        generation_id_or_member_epoch = gm.generation_id or -1, member_id = gm.member_id or "",
         group_instance_id = gm.group_instance_id, topics = topics }, { version = v, deadline = deadline })
       if not resp then return nil, cerr, ccode end
       for _, tr in ipairs(resp.topics or {}) do

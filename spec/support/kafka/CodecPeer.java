@@ -13,9 +13,14 @@
 // out.txt: one line per case, "ID HEX" (requests: the header at the
 // version ApiKeys says, then the body; responses likewise; data: the int16
 // version then the struct, as MessageUtil.toVersionPrefixedBytes writes,
-// or the struct alone when bare) or "ID ERR message"; then "DONE".
-// Also: "murmur2 HEX..." (stdin-free mode) prints Utils.murmur2 of each
-// hex argument, one per line, then DONE.
+// or the struct alone when bare) or "ID ERR message"; a case with "ours"
+// (the hex of lua-kafka's encoding) also gets "ID~read HEX": Java's classes
+// read those bytes (all of them, or ERR) and write what they read again;
+// then "DONE".
+// Also (stdin-free modes): "murmur2 HEX..." prints Utils.murmur2 of each
+// hex argument, one per line; "errors" prints every Errors constant as
+// "CODE NAME retriable|fatal" (retriable: its exception is a
+// RetriableException); then DONE.
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.File;
@@ -23,11 +28,14 @@ import java.io.PrintStream;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
+import org.apache.kafka.common.errors.RetriableException;
 import org.apache.kafka.common.protocol.ApiKeys;
 import org.apache.kafka.common.protocol.ByteBufferAccessor;
+import org.apache.kafka.common.protocol.Errors;
 import org.apache.kafka.common.protocol.Message;
 import org.apache.kafka.common.protocol.MessageUtil;
 import org.apache.kafka.common.protocol.ObjectSerializationCache;
+import org.apache.kafka.common.protocol.Readable;
 import org.apache.kafka.common.utils.Utils;
 
 public class CodecPeer {
@@ -38,6 +46,16 @@ public class CodecPeer {
     Method m = conv.getMethod("read", JsonNode.class, short.class);
     try {
       return (Message) m.invoke(null, node, version);
+    } catch (InvocationTargetException e) {
+      throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
+    }
+  }
+
+  // The generated class's reading constructor: new cls(readable, version).
+  static Message parse(String cls, ByteBuffer buf, short version) throws Exception {
+    try {
+      return (Message) Class.forName(PKG + cls).getConstructor(Readable.class, short.class)
+          .newInstance(new ByteBufferAccessor(buf), version);
     } catch (InvocationTargetException e) {
       throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
     }
@@ -95,7 +113,41 @@ public class CodecPeer {
     return concat(h, write(read(name + "ResponseData", body, v), v));
   }
 
+  // Reads lua-kafka's bytes of a case with Java's classes (every byte must
+  // be taken) and writes what was read again.
+  static byte[] reread(JsonNode c) throws Exception {
+    String kind = c.get("kind").asText();
+    String name = c.get("name").asText();
+    short v = (short) c.get("version").asInt();
+    ByteBuffer buf = ByteBuffer.wrap(unhex(c.get("ours").asText()));
+    byte[] out;
+    if (kind.equals("data")) {
+      boolean bare = c.path("bare").asBoolean(false);
+      short pv = bare ? v : buf.getShort();
+      if (pv != v) throw new IllegalStateException("version prefix " + pv + ", not " + v);
+      byte[] body = write(parse(name, buf, v), v);
+      out = bare ? body : concat(new byte[] {(byte) (v >> 8), (byte) v}, body);
+    } else {
+      ApiKeys k = ApiKeys.forId(c.get("key").asInt());
+      boolean req = kind.equals("request");
+      short hv = req ? k.requestHeaderVersion(v) : k.responseHeaderVersion(v);
+      String hcls = req ? "RequestHeaderData" : "ResponseHeaderData";
+      byte[] h = write(parse(hcls, buf, hv), hv);
+      out = concat(h, write(parse(name + (req ? "RequestData" : "ResponseData"), buf, v), v));
+    }
+    if (buf.hasRemaining()) throw new IllegalStateException(buf.remaining() + " bytes left unread");
+    return out;
+  }
+
   public static void main(String[] args) throws Exception {
+    if (args.length > 0 && args[0].equals("errors")) {
+      for (Errors e : Errors.values()) {
+        System.out.println(e.code() + " " + e.name() + " "
+            + (e.exception() instanceof RetriableException ? "retriable" : "fatal"));
+      }
+      System.out.println("DONE");
+      return;
+    }
     if (args.length > 0 && args[0].equals("murmur2")) {
       for (int i = 1; i < args.length; i++) {
         byte[] key = args[i].equals("~") ? new byte[0] : unhex(args[i]);
@@ -112,6 +164,13 @@ public class CodecPeer {
           out.println(id + " " + hex(one(c)));
         } catch (Exception e) {
           out.println(id + " ERR " + String.valueOf(e).replace('\n', ' '));
+        }
+        if (c.has("ours")) {
+          try {
+            out.println(id + "~read " + hex(reread(c)));
+          } catch (Exception e) {
+            out.println(id + "~read ERR " + String.valueOf(e).replace('\n', ' '));
+          }
         }
       }
       out.println("DONE");
