@@ -109,10 +109,15 @@ describe("chaos on a 3-node Kafka cluster", function()
   end
 
   -- the active controller: the leader of the metadata log (DescribeQuorum)
+  -- (through the client's retry service: a connection to a node killed
+  -- meanwhile is replaced, as in the nginx case where pclient idles)
   local function active_controller()
-    local c = assert(pclient:any_broker())
-    local resp = assert(c:request("DescribeQuorum", { topics = { { topic_name = "__cluster_metadata",
-      partitions = { { partition_index = 0 } } } } }))
+    local resp = assert(pclient:call(function(deadline)
+      local c, err, code = pclient:any_broker(deadline)
+      if not c then return nil, err, code end
+      return c:request("DescribeQuorum", { topics = { { topic_name = "__cluster_metadata",
+        partitions = { { partition_index = 0 } } } } }, { deadline = deadline })
+    end))
     assert.are.equal(0, resp.error_code)
     return resp.topics[1].partitions[1].leader_id
   end

@@ -154,6 +154,13 @@ return {
     spec = "spec/group_deadline_spec.lua", filter = "frozen",
     ci = true, promise = "kafka.mock's in-process sockets look without waiting when the time is up (a poll's exact deadline)" },
 
+  { name = "chaos-nginx-lost-answer-acked", file = "lua/kafka/producer/sink.lua",
+    find = "    if not resp then\n      self:retry(tp, batch, err, code)",
+    replace = "    if not resp then\n      acc:unqueue(tp, batch)\n      acc:done(tp, batch, -1)",
+    spec = "spec/chaos_spec.lua", filter = "nginx", timeout = 900,
+    env = { SPEC_CHAOS = "1", KAFKA_VERSIONS = "4.1.2" },
+    promise = "nginx's background sender retries a Produce whose broker was killed: no request's message lost" },
+
   -- the README's promises ---------------------------------------------------
   { name = "acks-all-sent-as-1", file = "lua/kafka/producer/sink.lua",
     find = [[acks = p.acks,]],

@@ -403,7 +403,7 @@ end
 -- @tparam table resp a Metadata response
 -- @tparam table names topic names
 -- @treturn table `{[topic] = partitions}`
-function Member.topic_counts(_, resp, names)
+function Member:topic_counts(resp, names) -- luacheck: ignore 212/self
   local want = {}
   for _, n in ipairs(names) do want[n] = true end
   local counts = {}
