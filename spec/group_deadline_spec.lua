@@ -108,11 +108,14 @@ describe("a group consumer's poll keeps its deadline", function()
     -- again): the coordinator found, its connection negotiated, the
     -- metadata, JoinGroup, SyncGroup and the committed offsets each 50 ms
     -- (two JoinGroups: the first is answered MEMBER_ID_REQUIRED, KIP-394);
-    -- eight answers in a row, each taken by the first poll after its 50 ms
+    -- nine answers in a row, each taken by the first poll after its 50 ms
     -- (ApiVersions, Metadata, FindCoordinator, the coordinator's
-    -- ApiVersions, JoinGroup twice, SyncGroup, OffsetFetch), then the
-    -- ListOffsets and Fetch of the next polls: the messages at 410 ms
-    assert.are.same({ 4, 0, "stable", 410 }, { got, longest, c:group_state().state, clock.t - t0 })
+    -- ApiVersions, JoinGroup twice, the leader's Metadata for its
+    -- assignment, SyncGroup, OffsetFetch), then the ListOffsets and Fetch
+    -- of the next polls: the messages at 460 ms
+    assert.are.same({ 4, 0, "stable", 460 }, { got, longest, c:group_state().state, clock.t - t0 })
+    assert.are.same({ "joining", "unjoined", "joining", "assigning", "syncing", "stable" },
+      c:group_state().transitions)
     assert.are.same({ 1, 2, 1, 1 }, { counts.FindCoordinator, counts.JoinGroup, counts.SyncGroup,
       counts.OffsetFetch })
     c:close()

@@ -15,6 +15,8 @@
 -- States:
 --   unjoined     not in the group (yet, or again after a loss): joins at the next step
 --   joining      JoinGroup (classic) or the first heartbeat (consumer) in flight
+--   assigning    classic: JoinGroup answered; the leader's metadata for its assignment (or
+--                the SyncGroup's send) is pending, the next step goes on
 --   syncing      classic: SyncGroup in flight (the leader sent the assignment)
 --   stable       a member with an assignment; heartbeats every interval
 --   reconciling  consumer protocol: revoking/assigning toward the target assignment

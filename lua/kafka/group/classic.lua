@@ -3,6 +3,8 @@
 -- Methods of a kafka.group member (see kafka.group for the states).
 --
 --   unjoined --JoinGroup--> joining --(leader assigns)--> SyncGroup --> syncing --> stable
+--   assigning: the JoinGroup answered, the leader's metadata for its assignment (or the
+--           SyncGroup's send) pending: the next step goes on
 --   joining: MEMBER_ID_REQUIRED (KIP-394): join again at once with the member id given
 --   stable: Heartbeat every heartbeat_interval_ms; REBALANCE_IN_PROGRESS -> rejoin
 --           (eager strategies revoke everything first, cooperative ones keep their
@@ -134,8 +136,9 @@ function _M._join(m, until_t)
 end
 
 -- The leader's assignment: every member's subscription decoded, fresh
--- metadata for all their topics (the join's own when it covers them, else
--- asked without waiting past until_t), the chosen assignor.
+-- metadata for all their topics (asked without waiting past until_t; a
+-- partition count from the join's metadata may be a rebalance old), the
+-- chosen assignor.
 local function assign(m, resp, until_t)
   local members, all, seen = {}, {}, {}
   for _, mm in ipairs(resp.members or {}) do
@@ -154,15 +157,9 @@ local function assign(m, resp, until_t)
       end
     end
   end
-  local counts, covered = m.snapshot, m.snapshot ~= nil
-  for _, t in ipairs(all) do
-    if covered and not counts[t] then covered = false end
-  end
-  if not covered then
-    local meta, err, code = m:metadata("assign", until_t, all)
-    if not meta then return nil, err, code end
-    counts = m:topic_counts(meta, all)
-  end
+  local meta, err, code = m:metadata("assign", until_t, all)
+  if not meta then return nil, err, code end
+  local counts = m:topic_counts(meta, all)
   local fn = assignors[resp.protocol_name]
   if not fn then return nil, "unknown assignor " .. tostring(resp.protocol_name), "group" end
   local result = fn(members, counts)
@@ -201,8 +198,8 @@ local function coordinator_moved(m, ec)
 end
 
 -- The leader's assignment (when this member leads) and SyncGroup; the
--- JoinGroup answer stays in m.join_resp while the assignment's metadata
--- or the coordinator's connection is pending.
+-- JoinGroup answer stays in m.join_resp, in state "assigning", while the
+-- assignment's metadata or the coordinator's connection is pending.
 local function finish_join(m, until_t)
   local resp = m.join_resp
   local assignments = {}
@@ -210,7 +207,7 @@ local function finish_join(m, until_t)
     local err, code
     assignments, err, code = assign(m, resp, until_t)
     if not assignments then
-      if code == "pending" then return nil, err, code end
+      if code == "pending" then return m:set_state("assigning") end
       m.join_resp = nil
       m:set_state("unjoined")
       m:backoff()
@@ -221,7 +218,7 @@ local function finish_join(m, until_t)
     group_id = m.group_id, generation_id = m.generation, member_id = m.member_id, group_instance_id = m.instance_id,
     protocol_type = "consumer", protocol_name = m.protocol_name, assignments = assignments,
   }, 0, "sync", until_t)
-  if not ok and code == "pending" then return nil, err, code end
+  if not ok and code == "pending" then return m:set_state("assigning") end
   m.join_resp = nil
   if not ok then
     m:set_state("unjoined")
@@ -360,9 +357,9 @@ function _M.step(m, until_t)
     _M._join(m, until_t)
     st = m.state
   end
-  if st == "joining" and not m.req then
-    -- the leader's assignment or its SyncGroup is pending (finish_join)
-    if m.join_resp then finish_join(m, until_t) end
+  if st == "assigning" then
+    -- the leader's assignment or the SyncGroup is pending (finish_join)
+    finish_join(m, until_t)
     if m.state == "syncing" then return _M.step(m, until_t) end
     return
   end
@@ -416,7 +413,7 @@ function _M.next_due(m)
     return math.min(m.hb_next, m.meta_next)
   end
   if st == "unjoined" then return m.sub and math.max(now, m.retry_at) or math.huge end
-  if st == "joining" or st == "syncing" then return now + 10 end
+  if st == "joining" or st == "syncing" or st == "assigning" then return now + 10 end
   return math.huge
 end
 
