@@ -150,7 +150,8 @@ for _, version in ipairs(rk.versions()) do
       assert.truthy(listed:find(t, 1, true))
     end)
 
-    it("describe_configs (topic, broker, with synonyms) equal to Java's; alter_configs set/delete/append/subtract read back by Java", function()
+    it("describe_configs (topic, broker, synonyms) equal to Java's; alter_configs set/delete/append/subtract read back by Java",
+      function()
       local t = rt.uniq("adm-cfg")
       java(k, { "create", t, 1, 1, "retention.ms=99999" })
       java(k, { "alter-config", "topic", t, "set", "max.message.bytes", "200000" })
@@ -300,7 +301,9 @@ for _, version in ipairs(rk.versions()) do
         -- offsets and lag after the member left: equal to Java's
         local offs = assert(admin:list_group_offsets(gid))
         local lines = {}
-        for i, o in ipairs(offs) do lines[i] = ("OFF %s %d %d %s"):format(o.topic, o.partition, o.offset, o.metadata == "" and "~" or o.metadata) end
+        for i, o in ipairs(offs) do
+          lines[i] = ("OFF %s %d %d %s"):format(o.topic, o.partition, o.offset, o.metadata == "" and "~" or o.metadata)
+        end
         assert.same(java(k, { "list-group-offsets", gid }), lines)
         produce(k, t, 9)
         produced = produced + 9
@@ -355,7 +358,9 @@ for _, version in ipairs(rk.versions()) do
         "create_topics: topics[1].name must be a string (got 1)")
       assert.has_error(function() admin:list_offsets { { topic = "t", partition = 0, spec = "soon" } } end,
         'list_offsets: items[1].spec must be "earliest", "latest", "max_timestamp" or a timestamp in ms (got "soon")')
-      assert.has_error(function() admin:delete_records { { topic = "t", partition = 0, offset = 1 }, { topic = "t", partition = 0, offset = 2 } } end,
+      assert.has_error(function()
+        admin:delete_records { { topic = "t", partition = 0, offset = 1 }, { topic = "t", partition = 0, offset = 2 } }
+      end,
         'delete_records: items[2] must be a partition not listed before (got "t/0")')
       assert.has_error(function() admin:alter_configs { { type = "topic", name = "t", configs = { { name = "x", op = "put" } } } } end,
         'alter_configs: resources[1].configs[1].op must be one of "set", "delete", "append", "subtract" (got "put")')
@@ -364,3 +369,80 @@ for _, version in ipairs(rk.versions()) do
     end)
   end)
 end
+
+-- Three brokers: replica assignments and ISRs, calls bound to each broker
+-- (a broker's configs) and to each partition's leader (spread over the three).
+local three_it = H.lite() and pending or it
+describe("kafka.admin on a 3-node Kafka " .. (rk.main() or "-") .. " cluster", function()
+  local k, admin
+  setup(function()
+    if not rk.main() or H.lite() then return end
+    k = rk.cluster(rk.main(), 3)
+    admin = kafka.admin.new { brokers = k.bootstrap.PLAINTEXT }
+  end)
+  teardown(function() if admin then admin:close() end end)
+
+  three_it("replica assignments, replicas and ISRs as Java describes them", function()
+    local a, j = rt.uniq("adm3-a"), rt.uniq("adm3-j")
+    local res = assert(admin:create_topics { { name = a, replica_assignment = { [0] = { 1, 2 }, [1] = { 2, 3 }, [2] = { 3, 1 } } } })
+    assert.equal(0, res[1].error_code, res[1].error)
+    java(k, { "create", j, 6, 3 })
+    local d = assert(admin:describe_topics { a, j })
+    local out = chain(k, { { "describe-topic", a }, { "describe-topic", j } })
+    assert.same(out[1], topic_lines(d[1]))
+    assert.same(out[2], topic_lines(d[2]))
+    assert.same({ 1, 2 }, d[1].partitions[1].replicas)
+    assert.same({ 3, 1 }, d[1].partitions[3].replicas)
+    -- leaders over all three brokers
+    local leaders = {}
+    for _, p in ipairs(d[2].partitions) do leaders[p.leader] = true end
+    assert.same({ [1] = true, [2] = true, [3] = true }, leaders)
+  end)
+
+  three_it("configs of each broker at that broker; describe_cluster equals Java's", function()
+    local r = assert(admin:describe_configs({ { type = "broker", name = "1" }, { type = "broker", name = "2" },
+      { type = "broker", name = "3" } }, { synonyms = true }))
+    for i = 1, 3 do
+      assert.equal(0, r[i].error_code, r[i].error)
+      assert.same(java(k, { "describe-configs", "broker", tostring(i) }), config_lines(r[i]))
+    end
+    local res = assert(admin:alter_configs { { type = "broker", name = "2", configs = {
+      { name = "log.cleaner.backoff.ms", op = "set", value = "16000" } } } })
+    assert.equal(0, res[1].error_code, res[1].error)
+    local found
+    for _, l in ipairs(java(k, { "describe-configs", "broker", "2" })) do
+      if l:match("^CFG log.cleaner.backoff.ms ") then found = l end
+    end
+    assert.equal("CFG log.cleaner.backoff.ms DYNAMIC_BROKER_CONFIG false false false "
+      .. "log.cleaner.backoff.ms:DYNAMIC_BROKER_CONFIG,log.cleaner.backoff.ms:DEFAULT_CONFIG 16000", found)
+    res = assert(admin:alter_configs { { type = "broker", name = "2", configs = {
+      { name = "log.cleaner.backoff.ms", op = "delete" } } } })
+    assert.equal(0, res[1].error_code, res[1].error)
+    local c = assert(admin:describe_cluster())
+    local lines = { ("CLUSTER %s %d"):format(c.cluster_id, c.controller_id) }
+    for _, b in ipairs(c.brokers) do lines[#lines + 1] = ("BROKER %d %s %d %s"):format(b.id, b.host, b.port, b.rack or "-") end
+    assert.same(java(k, { "describe-cluster" }), lines)
+    assert.equal(4, #lines)
+  end)
+
+  three_it("list_offsets and delete_records to each partition's leader", function()
+    local t = rt.uniq("adm3-rec")
+    java(k, { "create", t, 6, 3 })
+    produce(k, t, 120)
+    local q, del = {}, {}
+    for p = 0, 5 do
+      q[#q + 1] = { topic = t, partition = p, spec = "latest" }
+      del[#del + 1] = { topic = t, partition = p, offset = p }
+    end
+    local ends = assert(admin:list_offsets(q))
+    local j = java(k, { "offsets", t, "latest", 0, 1, 2, 3, 4, 5 })
+    for i = 1, 6 do assert.equal(j[i], ("OFFSET %d %d %d"):format(i - 1, ends[i].offset, ends[i].timestamp)) end
+    local res = assert(admin:delete_records(del))
+    for i = 1, 6 do
+      assert.equal(0, res[i].error_code, res[i].error)
+      assert.equal(i - 1, res[i].low_watermark)
+    end
+    j = java(k, { "offsets", t, "earliest", 0, 1, 2, 3, 4, 5 })
+    for i = 1, 6 do assert.equal("OFFSET " .. (i - 1) .. " " .. (i - 1), j[i]:match("^(OFFSET %d+ %d+)")) end
+  end)
+end)

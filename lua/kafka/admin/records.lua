@@ -1,8 +1,9 @@
 -- kafka.admin's partition-leader calls: delete_records and list_offsets,
--- items grouped by their leader (the client's group(), the grouping the
--- producer and the consumer share), one request per leader per attempt;
--- NOT_LEADER_OR_FOLLOWER and the other retriable answers refresh the
--- topic's metadata and go to the new leader. Installed into kafka.admin.
+-- items grouped by their leader,
+-- one request per leader per attempt, the leaders from a Metadata request
+-- at each attempt (as Java's PartitionLeaderStrategy looks them up):
+-- NOT_LEADER_OR_FOLLOWER and the other retriable answers go to the new
+-- leader at the next attempt. Installed into kafka.admin.
 local proto = require "kafka.proto"
 local check = require "kafka.check"
 local client_mod = require "kafka.client"
@@ -16,12 +17,60 @@ local _M = {}
 
 local function timeout_of(self, o) return o.timeout_ms or self.client.default_api_timeout_ms end
 
+-- route(client, items, deadline) -> groups {{conn=, items=}...}, failed
+-- {{item=, err=, code=}...} | nil, {err, code}: items grouped by their
+-- leader from one Metadata request for their topics that never creates a
+-- topic (the client's own routing asks with its allow_auto_topic_creation,
+-- and an admin call must not create what it names); applied to the cache
+local function route(client, items, deadline)
+  local names, seen = {}, {}
+  for _, it in ipairs(items) do
+    if not seen[it.topic] then seen[it.topic] = true; names[#names + 1] = it.topic end
+  end
+  local md, err, code = client:load_metadata({ topics = names }, deadline)
+  if not md then return nil, { err, code } end
+  local topics = {}
+  for _, t in ipairs(md.topics or {}) do if t.name then topics[t.name] = t end end
+  local groups, by_conn, failed = {}, {}, {}
+  for _, it in ipairs(items) do
+    local t = topics[it.topic]
+    local leader, e, c
+    if not t or t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION then
+      e, c = "topic " .. it.topic .. " not in the cluster", "unknown_topic"
+    elseif t.error_code ~= errors.NONE then
+      local info = errors.info(t.error_code)
+      e, c = ("topic %s: %s"):format(it.topic, info.name), info.retriable and "retriable" or "kafka"
+    else
+      for _, p in ipairs(t.partitions or {}) do
+        if p.partition_index == it.partition then leader = p.leader_id end
+      end
+      if leader == nil then e, c = ("topic %s has no partition %d"):format(it.topic, it.partition), "unknown_partition"
+      elseif leader < 0 then e, c, leader = ("no leader for %s/%d"):format(it.topic, it.partition), "retriable", nil end
+    end
+    local conn
+    if leader then conn, e, c = client:broker(leader, deadline) end
+    if conn then
+      local g = by_conn[conn]
+      if not g then
+        g = { conn = conn, items = {} }
+        by_conn[conn] = g
+        groups[#groups + 1] = g
+      end
+      g.items[#g.items + 1] = it
+    else
+      failed[#failed + 1] = { item = it, err = e, code = c }
+    end
+  end
+  return groups, failed
+end
+
 -- leader_call(self, results, api, send, o): send(conn, items, deadline) ->
 -- true (items settled, retriable ones appended to retry) | nil, err, code
 local function leader_call(self, results, send, o)
   local client = self.client
   return B.run(self, results, function(pending, deadline)
-    local groups, failed = client:group(pending, deadline)
+    local groups, failed = route(client, pending, deadline)
+    if not groups then return nil, failed[1], failed[2] end
     local retry, answered, last = {}, false, nil
     for _, f in ipairs(failed) do
       B.fail(f.item, nil, f.err, f.code)
@@ -40,10 +89,6 @@ local function leader_call(self, results, send, o)
           if client_mod.RETRIABLE[code] then retry[#retry + 1] = r end
         end
       end
-    end
-    local seen = {}
-    for _, r in ipairs(retry) do
-      if not seen[r.topic] then seen[r.topic] = true; client:invalidate(r.topic) end
     end
     if not answered and last then return nil, last[1], last[2] end
     return true, retry
