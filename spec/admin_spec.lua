@@ -434,15 +434,50 @@ describe("kafka.admin on a 3-node Kafka " .. (rk.main() or "-") .. " cluster", f
       q[#q + 1] = { topic = t, partition = p, spec = "latest" }
       del[#del + 1] = { topic = t, partition = p, offset = p }
     end
-    local ends = assert(admin:list_offsets(q))
-    local j = java(k, { "offsets", t, "latest", 0, 1, 2, 3, 4, 5 })
-    for i = 1, 6 do assert.equal(j[i], ("OFFSET %d %d %d"):format(i - 1, ends[i].offset, ends[i].timestamp)) end
+    -- the requests each call sends, by API and broker: one per leader (a
+    -- misrouted one would be answered NOT_LEADER_OR_FOLLOWER and retried)
+    local conn_mod = require "kafka.connection"
+    local request = conn_mod.request
+    local sent = {}
+    conn_mod.request = function(c, api, ...)
+      local name = proto.api_name(api)
+      sent[#sent + 1] = name .. "@" .. tostring(c.node_id)
+      return request(c, api, ...)
+    end
+    local leaders = {}
+    local ok, err = pcall(function()
+      local d = assert(admin:describe_topics { t })
+      for _, p in ipairs(d[1].partitions) do leaders["@" .. p.leader] = true end
+      sent = {}
+      local ends = assert(admin:list_offsets(q))
+      local j = java(k, { "offsets", t, "latest", 0, 1, 2, 3, 4, 5 })
+      for i = 1, 6 do assert.equal(j[i], ("OFFSET %d %d %d"):format(i - 1, ends[i].offset, ends[i].timestamp)) end
+      local res = assert(admin:delete_records(del))
+      for i = 1, 6 do
+        assert.equal(0, res[i].error_code, res[i].error)
+        assert.equal(i - 1, res[i].low_watermark)
+      end
+    end)
+    conn_mod.request = request
+    assert(ok, err)
+    local by = { ListOffsets = {}, DeleteRecords = {} }
+    for _, x in ipairs(sent) do
+      local api, at = x:match("^(%a+)(@.*)$")
+      if by[api] then
+        assert.is_nil(by[api][at], "a second " .. x)
+        assert.truthy(leaders[at], x .. " is not a leader")
+        by[api][at] = true
+      end
+    end
+    assert.same(leaders, by.ListOffsets)
+    assert.same(leaders, by.DeleteRecords)
+    assert.same({ ["@1"] = true, ["@2"] = true, ["@3"] = true }, leaders)
     local res = assert(admin:delete_records(del))
     for i = 1, 6 do
       assert.equal(0, res[i].error_code, res[i].error)
       assert.equal(i - 1, res[i].low_watermark)
     end
-    j = java(k, { "offsets", t, "earliest", 0, 1, 2, 3, 4, 5 })
+    local j = java(k, { "offsets", t, "earliest", 0, 1, 2, 3, 4, 5 })
     for i = 1, 6 do assert.equal("OFFSET " .. (i - 1) .. " " .. (i - 1), j[i]:match("^(OFFSET %d+ %d+)")) end
   end)
 end)
