@@ -334,6 +334,11 @@ for _, version in ipairs(rk.versions()) do
         assert.equal(0, dg[1].error_code)
         assert.equal(errors.GROUP_ID_NOT_FOUND, dg[2].error_code)
         assert.falsy(table.concat(java(k, { "list-groups" }), "\n"):find(gid, 1, true))
+        local none, e, c, kc = admin:group_lag(gid)
+        assert.is_nil(none)
+        assert.equal("kafka", c)
+        assert.equal(errors.GROUP_ID_NOT_FOUND, kc)
+        assert.truthy(e:find("group_lag " .. gid .. ": GROUP_ID_NOT_FOUND", 1, true), e)
       end
     end)
 

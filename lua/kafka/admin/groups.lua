@@ -362,6 +362,7 @@ end
 -- @tparam[opt] table opts `timeout_ms`
 -- @treturn table `{{topic=, partition=, offset=, end_offset=, lag=, member_id=, client_id=, client_host=,
 -- error=, code=}...}` by topic and partition (offset and lag nil when nothing is committed), or nil, err, code
+-- (code "kafka" with GROUP_ID_NOT_FOUND for a group that does not exist)
 function _M:group_lag(group, opts)
   local where = "group_lag"
   if type(group) ~= "string" then check.fail(where, "group", "a string", group) end
@@ -392,7 +393,11 @@ function _M:group_lag(group, opts)
     end
   end
   B.sort_tps(rows)
-  if #rows == 0 then return rows end
+  if #rows == 0 then
+    -- nothing committed, no members: a group that does not exist is an error (as Java's tool says it)
+    if g and g.error_code == errors.GROUP_ID_NOT_FOUND then return nil, "group_lag " .. group .. ": " .. g.error, "kafka", g.error_code end
+    return rows
+  end
   local q = {}
   for i, r in ipairs(rows) do q[i] = { topic = r.topic, partition = r.partition, spec = "latest" } end
   local ends
