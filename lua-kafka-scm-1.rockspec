@@ -66,6 +66,7 @@ build = {
     ["kafka.admin.base"] = "lua/kafka/admin/base.lua",
     ["kafka.admin.groups"] = "lua/kafka/admin/groups.lua",
     ["kafka.admin.records"] = "lua/kafka/admin/records.lua",
+    ["kafka.admin.transactions"] = "lua/kafka/admin/transactions.lua",
     ["kafka.mock"] = "lua/kafka/mock.lua",
     ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
     ["kafka.mock.group"] = "lua/kafka/mock/group.lua",

@@ -342,6 +342,46 @@ for _, version in ipairs(rk.versions()) do
       end
     end)
 
+    it("describe_producers, list_transactions, describe_transactions: equal to Java's", function()
+      local t = rt.uniq("adm-txn")
+      java(k, { "create", t, 2, 1 })
+      chain(k, { { "produce", t, 10, "none", "txn-commit" }, { "produce", t, 6, "none", "idempotent" } })
+      local txid = "peer-" .. t .. "-txn-commit"
+      local res = assert(admin:describe_producers { { topic = t, partition = 0 }, { topic = t, partition = 1 },
+        { topic = t, partition = 9 } })
+      local mine = {}
+      for i = 1, 2 do
+        assert.equal(0, res[i].error_code, res[i].error)
+        local lines = {}
+        for _, x in ipairs(res[i].producers) do
+          lines[#lines + 1] = ("PRODUCER %d %d %d %d %d %s %s"):format(i - 1, x.producer_id, x.producer_epoch, x.last_sequence,
+            x.last_timestamp, x.coordinator_epoch or "-", x.current_transaction_start_offset or "-")
+        end
+        table.sort(lines)
+        for _, l in ipairs(lines) do mine[#mine + 1] = l end
+      end
+      assert.same(java(k, { "describe-producers", t, 0, 1 }), mine)
+      assert.truthy(#mine >= 2)
+      assert.equal("unknown_partition", res[3].code)
+      -- the transactional id: listed and described as Java does
+      local lt = assert(admin:list_transactions())
+      local x = assert(result_of(lt, "transactional_id", txid))
+      local jl
+      for _, l in ipairs(java(k, { "list-transactions" })) do if l:find(" " .. txid .. " ", 1, true) then jl = l end end
+      assert.equal(jl, ("TXN %s %d %s"):format(x.transactional_id, x.producer_id, x.state))
+      assert.equal("CompleteCommit", x.state)
+      local f = assert(admin:list_transactions { states = { "Ongoing" } })
+      assert.is_nil(result_of(f, "transactional_id", txid))
+      local d = assert(admin:describe_transactions { txid, "adm-no-such-txid" })
+      local r = d[1]
+      assert.equal(0, r.error_code, r.error)
+      local tps = {}
+      for i, tp in ipairs(r.topic_partitions) do tps[i] = tp.topic .. ":" .. tp.partition end
+      assert.same(java(k, { "describe-transaction", txid }), { ("TXN %s %s %d %d %d %s %s"):format(txid, r.state, r.producer_id,
+        r.producer_epoch, r.transaction_timeout_ms, r.transaction_start_time_ms or "-", #tps > 0 and table.concat(tps, ",") or "-") })
+      assert.equal(errors.TRANSACTIONAL_ID_NOT_FOUND, d[2].error_code, d[2].error)
+    end)
+
     it("an API the broker lacks: a clear error naming the API and the broker's versions", function()
       local a2 = kafka.admin.new { brokers = k.bootstrap.PLAINTEXT }
       -- every broker's connection answered ApiVersions as a broker that speaks

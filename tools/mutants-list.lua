@@ -1020,4 +1020,12 @@ return {
     replace = [[return { group_id = group, topics = topics_of(pending, function() return { partition_index = 0 } end) }]],
     spec = "spec/admin_spec.lua", filter = "groups: list", env = K, timeout = 400,
     promise = "delete_group_offsets deletes the partitions named (Java no longer lists them)" },
+  { name = "admin-producers-sequence-as-epoch", file = "lua/kafka/admin/records.lua",
+    find = [[last_sequence = a.last_sequence,]], replace = [[last_sequence = a.producer_epoch,]],
+    spec = "spec/admin_spec.lua", filter = "describe_producers", env = K,
+    promise = "describe_producers gives each producer's last sequence (Java's ProducerState)" },
+  { name = "admin-txn-state-filter-ignored", file = "lua/kafka/admin/transactions.lua",
+    find = [[{ state_filters = o.states or {},]], replace = [[{ state_filters = {},]],
+    spec = "spec/admin_spec.lua", filter = "describe_producers", env = K,
+    promise = "list_transactions' states filter reaches the broker" },
 }

@@ -15,7 +15,8 @@
 --
 -- Guide: docs/admin.md. The calls in their parts: topics, configs and the
 -- cluster here; groups in kafka.admin.groups; records (delete_records,
--- list_offsets) in kafka.admin.records; shared helpers in kafka.admin.base.
+-- list_offsets, describe_producers) in kafka.admin.records; transactions in
+-- kafka.admin.transactions; shared helpers in kafka.admin.base.
 -- @module kafka.admin
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
@@ -556,7 +557,7 @@ end
 
 _M.RESOURCE_NAME = RESOURCE_NAME
 
-for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records" } do
+for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records", "kafka.admin.transactions" } do
   for k, f in pairs(require(part)) do _M[k] = f end
 end
 

@@ -1,4 +1,5 @@
--- kafka.admin's partition-leader calls: delete_records and list_offsets,
+-- kafka.admin's partition-leader calls: delete_records, list_offsets and
+-- describe_producers,
 -- items grouped by their leader,
 -- one request per leader per attempt, the leaders from a Metadata request
 -- at each attempt (as Java's PartitionLeaderStrategy looks them up):
@@ -11,7 +12,7 @@ local B = require "kafka.admin.base"
 
 local errors = proto.errors
 local API = proto.api
-local type, ipairs, pairs = type, ipairs, pairs
+local type, ipairs, pairs, table = type, ipairs, pairs, table
 
 local _M = {}
 
@@ -204,6 +205,51 @@ function _M:list_offsets(items, opts)
   end, o)
   for _, r in ipairs(results) do r._ts = nil end
   return out, err, code
+end
+
+--- The producers writing to partitions (DescribeProducers to each leader), as
+-- kafka-transactions.sh describe-producers shows them.
+-- @tparam table partitions `{{topic=, partition=}...}`
+-- @tparam[opt] table opts `timeout_ms`
+-- @treturn table `{{topic=, partition=, producers = {{producer_id=, producer_epoch=, last_sequence=,
+-- last_timestamp=, coordinator_epoch=, current_transaction_start_offset=}...}, error_code=, error=, code=}...}`
+-- (producers by id; coordinator_epoch and current_transaction_start_offset nil when -1)
+function _M:describe_producers(partitions, opts)
+  local where = "describe_producers"
+  local o = B.opts(where, opts)
+  if type(partitions) ~= "table" then check.fail(where, "partitions", "an array of {topic=, partition=} tables", partitions) end
+  local results = {}
+  for i, x in ipairs(partitions) do
+    B.tp(where, "partitions[" .. i .. "]", x)
+    results[i] = { topic = x.topic, partition = x.partition }
+  end
+  B.unique_tps(where, "partitions", partitions)
+  return leader_call(self, results, function(c, its, deadline, retry)
+    local v, err, code = B.version(c, API.DescribeProducers)
+    if not v then return nil, err, code end
+    local list = {}
+    for i, t in ipairs(B.by_topic(its)) do
+      local ps = {}
+      for j, r in ipairs(t.items) do ps[j] = r.partition end
+      list[i] = { name = t.name, partition_indexes = ps }
+    end
+    local resp
+    resp, err, code = B.request(c, API.DescribeProducers, { topics = list }, v, deadline)
+    if not resp then return nil, err, code end
+    match(resp.topics, its, function(r, p)
+      B.settle(r, p.error_code, p.error_message, retry)
+      if p.error_code ~= errors.NONE then return end
+      local ps = {}
+      for i, a in ipairs(p.active_producers or {}) do
+        ps[i] = { producer_id = a.producer_id, producer_epoch = a.producer_epoch, last_sequence = a.last_sequence,
+          last_timestamp = a.last_timestamp, coordinator_epoch = a.coordinator_epoch >= 0 and a.coordinator_epoch or nil,
+          current_transaction_start_offset = a.current_txn_start_offset >= 0 and a.current_txn_start_offset or nil }
+      end
+      table.sort(ps, function(a, b) return a.producer_id < b.producer_id end)
+      r.producers = ps
+    end)
+    return true
+  end, o)
 end
 
 return _M

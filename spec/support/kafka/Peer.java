@@ -37,6 +37,9 @@
 //   create-partitions TOPIC COUNT
 //   delete-records TOPIC P OFFSET -> LOW p low_watermark
 //   alter-config TYPE NAME OP name [value]    (OP: set, delete, append, subtract)
+//   describe-producers TOPIC P... -> PRODUCER p id epoch last_sequence last_timestamp coordinator_epoch txn_start ("-" for none)
+//   list-transactions             -> TXN id producer_id state
+//   describe-transaction ID       -> TXN id state producer_id epoch timeout_ms start_ms ("-" for none) tps (topic:p joined by ",")
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -127,7 +130,8 @@ public class Peer {
             case "group" -> group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5]);
             case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
-                 "create-partitions", "delete-records", "alter-config" -> {
+                 "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
+                 "describe-transaction" -> {
                 try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
             }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
@@ -407,6 +411,36 @@ class AdminModes {
                 var op = org.apache.kafka.clients.admin.AlterConfigOp.OpType.valueOf(a[3].toUpperCase());
                 var e = new org.apache.kafka.clients.admin.ConfigEntry(a[4], a.length > 5 ? a[5] : null);
                 admin.incrementalAlterConfigs(Map.of(r, List.of(new org.apache.kafka.clients.admin.AlterConfigOp(e, op)))).all().get();
+            }
+            case "describe-producers" -> {
+                List<TopicPartition> tps = new ArrayList<>();
+                for (int i = 2; i < a.length; i++) tps.add(new TopicPartition(a[1], Integer.parseInt(a[i])));
+                var all = admin.describeProducers(tps).all().get();
+                for (TopicPartition tp : tps) {
+                    List<String> lines = new ArrayList<>();
+                    for (var st : all.get(tp).activeProducers())
+                        lines.add("PRODUCER " + tp.partition() + " " + st.producerId() + " " + st.producerEpoch() + " " + st.lastSequence() + " "
+                            + st.lastTimestamp() + " " + (st.coordinatorEpoch().isPresent() ? st.coordinatorEpoch().getAsInt() : "-") + " "
+                            + (st.currentTransactionStartOffset().isPresent() ? st.currentTransactionStartOffset().getAsLong() : "-"));
+                    java.util.Collections.sort(lines);
+                    for (String l : lines) System.out.println(l);
+                }
+            }
+            case "list-transactions" -> {
+                List<String> lines = new ArrayList<>();
+                for (var t : admin.listTransactions().all().get())
+                    lines.add("TXN " + t.transactionalId() + " " + t.producerId() + " " + t.state());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "describe-transaction" -> {
+                var d = admin.describeTransactions(List.of(a[1])).all().get().get(a[1]);
+                List<String> tps = new ArrayList<>();
+                for (TopicPartition tp : d.topicPartitions()) tps.add(tp.topic() + ":" + tp.partition());
+                java.util.Collections.sort(tps);
+                System.out.println("TXN " + a[1] + " " + d.state() + " " + d.producerId() + " " + d.producerEpoch() + " "
+                    + d.transactionTimeoutMs() + " " + (d.transactionStartTimeMs().isPresent() ? d.transactionStartTimeMs().getAsLong() : "-")
+                    + " " + (tps.isEmpty() ? "-" : String.join(",", tps)));
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }
