@@ -12,6 +12,7 @@
 -- @field consumer kafka.consumer
 -- @field connection kafka.connection, one broker connection
 -- @field socket kafka.socket, the transport seam
+-- @field admin kafka.admin, topics, configs, groups, records (docs/admin.md)
 -- @field _VERSION "lua-kafka scm"
 local require, rawset, setmetatable = require, rawset, setmetatable
 
@@ -24,6 +25,7 @@ local modules = {
   consumer = "kafka.consumer",
   connection = "kafka.connection",
   socket = "kafka.socket",
+  admin = "kafka.admin",
 }
 
 local _M = { _VERSION = "lua-kafka scm" }

@@ -20,6 +20,26 @@
 //       -> JOINED, then ASSIGNED p,p,... / REVOKED p,... / LOST p,... (rebalance callbacks, "-" for none)
 //          and REC partition offset for each record (FIRST ms: subscribe to the first record); lines are flushed as they are written; the
 //          positions of revoked partitions are committed in onPartitionsRevoked
+//   admin modes (Kafka's AdminClient, the oracle of spec/admin_spec.lua), strings as they are:
+//   list-topics                   -> TOPIC name id internal                  (internal ones too)
+//   describe-topic TOPIC          -> TOPIC name id internal, then PART p leader replicas isr (ids joined by ",", "-" for none)
+//   describe-configs TYPE NAME    -> CFG name source readonly sensitive default synonyms value (TYPE: topic, broker,
+//       broker_logger, group; synonyms name:source joined by ",", "-" for none; value "-" for null; every entry, by name)
+//   describe-cluster              -> CLUSTER id controller, then BROKER id host port rack
+//   list-groups                   -> GROUP id state type (listConsumerGroups)
+//   describe-group GROUP          -> GROUP id type state assignor, then MEMBER client_id host instance tps (topic:p joined by ",")
+//   list-group-offsets GROUP      -> OFF topic partition offset metadata ("~" for empty)
+//   alter-group-offsets GROUP TOPIC P OFFSET...   (pairs P OFFSET)
+//   group-lag GROUP               -> LAG topic partition committed end lag  (committed: listConsumerGroupOffsets,
+//       end: listOffsets latest; as kafka-consumer-groups --describe)
+//   offsets TOPIC SPEC P...       -> OFFSET p offset timestamp  (SPEC: earliest, latest, max_timestamp or a time in ms)
+//   create-topic-assign TOPIC P=B,B... [name=value ...]   (a replica assignment)
+//   create-partitions TOPIC COUNT
+//   delete-records TOPIC P OFFSET -> LOW p low_watermark
+//   alter-config TYPE NAME OP name [value]    (OP: set, delete, append, subtract)
+//   describe-producers TOPIC P... -> PRODUCER p id epoch last_sequence last_timestamp coordinator_epoch txn_start ("-" for none)
+//   list-transactions             -> TXN id producer_id state
+//   describe-transaction ID       -> TXN id state producer_id epoch timeout_ms start_ms ("-" for none) tps (topic:p joined by ",")
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -108,6 +128,12 @@ public class Peer {
                 }
             }
             case "group" -> group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5]);
+            case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
+                 "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
+                 "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
+                 "describe-transaction" -> {
+                try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
+            }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
         }
     }
@@ -230,6 +256,193 @@ public class Peer {
                     say("REC " + r.partition() + " " + r.offset());
                 }
             }
+        }
+    }
+}
+
+// Kafka's AdminClient as the oracle of spec/admin_spec.lua (the modes listed at the top).
+@SuppressWarnings("deprecation")
+class AdminModes {
+    static String ids(java.util.Collection<org.apache.kafka.common.Node> nodes) {
+        StringBuilder b = new StringBuilder();
+        for (org.apache.kafka.common.Node n : nodes) { if (b.length() > 0) b.append(','); b.append(n.id()); }
+        return b.length() == 0 ? "-" : b.toString();
+    }
+
+    static org.apache.kafka.common.config.ConfigResource resource(String type, String name) {
+        var t = switch (type) {
+            case "topic" -> org.apache.kafka.common.config.ConfigResource.Type.TOPIC;
+            case "broker" -> org.apache.kafka.common.config.ConfigResource.Type.BROKER;
+            case "broker_logger" -> org.apache.kafka.common.config.ConfigResource.Type.BROKER_LOGGER;
+            case "group" -> org.apache.kafka.common.config.ConfigResource.Type.GROUP;
+            default -> throw new IllegalArgumentException("resource type " + type);
+        };
+        return new org.apache.kafka.common.config.ConfigResource(t, name);
+    }
+
+    static org.apache.kafka.clients.admin.OffsetSpec spec(String s) {
+        return switch (s) {
+            case "earliest" -> org.apache.kafka.clients.admin.OffsetSpec.earliest();
+            case "latest" -> org.apache.kafka.clients.admin.OffsetSpec.latest();
+            case "max_timestamp" -> org.apache.kafka.clients.admin.OffsetSpec.maxTimestamp();
+            default -> org.apache.kafka.clients.admin.OffsetSpec.forTimestamp(Long.parseLong(s));
+        };
+    }
+
+    static void run(Admin admin, String[] a) throws Exception {
+        switch (a[0]) {
+            case "list-topics" -> {
+                var names = admin.listTopics(new org.apache.kafka.clients.admin.ListTopicsOptions().listInternal(true)).listings().get();
+                List<String> lines = new ArrayList<>();
+                for (var l : names) lines.add("TOPIC " + l.name() + " " + l.topicId() + " " + l.isInternal());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "describe-topic" -> {
+                var d = admin.describeTopics(List.of(a[1])).allTopicNames().get().get(a[1]);
+                System.out.println("TOPIC " + d.name() + " " + d.topicId() + " " + d.isInternal());
+                for (var p : d.partitions())
+                    System.out.println("PART " + p.partition() + " " + (p.leader() == null ? -1 : p.leader().id()) + " "
+                        + ids(p.replicas()) + " " + ids(p.isr()));
+            }
+            case "describe-configs" -> {
+                var r = resource(a[1], a[2]);
+                var cfg = admin.describeConfigs(List.of(r), new org.apache.kafka.clients.admin.DescribeConfigsOptions()
+                    .includeSynonyms(true)).all().get().get(r);
+                List<String> lines = new ArrayList<>();
+                for (var e : cfg.entries()) {
+                    StringBuilder syn = new StringBuilder();
+                    for (var s : e.synonyms()) { if (syn.length() > 0) syn.append(','); syn.append(s.name()).append(':').append(s.source()); }
+                    lines.add("CFG " + e.name() + " " + e.source() + " " + e.isReadOnly() + " " + e.isSensitive() + " "
+                        + e.isDefault() + " " + (syn.length() == 0 ? "-" : syn) + " " + (e.value() == null ? "-" : e.value()));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "describe-cluster" -> {
+                var c = admin.describeCluster();
+                System.out.println("CLUSTER " + c.clusterId().get() + " " + c.controller().get().id());
+                List<org.apache.kafka.common.Node> nodes = new ArrayList<>(c.nodes().get());
+                nodes.sort(java.util.Comparator.comparingInt(org.apache.kafka.common.Node::id));
+                for (var n : nodes) System.out.println("BROKER " + n.id() + " " + n.host() + " " + n.port() + " " + (n.rack() == null ? "-" : n.rack()));
+            }
+            case "list-groups" -> {
+                List<String> lines = new ArrayList<>();
+                for (var g : admin.listConsumerGroups().all().get())
+                    lines.add("GROUP " + g.groupId() + " " + g.state().map(Object::toString).orElse("-") + " "
+                        + g.type().map(t -> t.toString().toLowerCase()).orElse("-"));
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "describe-group" -> {
+                var g = admin.describeConsumerGroups(List.of(a[1])).all().get().get(a[1]);
+                System.out.println("GROUP " + g.groupId() + " " + g.type().toString().toLowerCase() + " " + g.state() + " " + g.partitionAssignor());
+                List<String> lines = new ArrayList<>();
+                for (var m : g.members()) {
+                    List<String> tps = new ArrayList<>();
+                    for (TopicPartition tp : m.assignment().topicPartitions()) tps.add(tp.topic() + ":" + tp.partition());
+                    java.util.Collections.sort(tps);
+                    lines.add("MEMBER " + m.clientId() + " " + m.host() + " " + m.groupInstanceId().orElse("-") + " "
+                        + (tps.isEmpty() ? "-" : String.join(",", tps)));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "list-group-offsets" -> {
+                var offs = admin.listConsumerGroupOffsets(a[1]).partitionsToOffsetAndMetadata().get();
+                List<String> lines = new ArrayList<>();
+                for (var e : offs.entrySet())
+                    lines.add("OFF " + e.getKey().topic() + " " + e.getKey().partition() + " " + e.getValue().offset() + " "
+                        + (e.getValue().metadata().isEmpty() ? "~" : e.getValue().metadata()));
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "alter-group-offsets" -> {
+                Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> m = new HashMap<>();
+                for (int i = 3; i + 1 < a.length; i += 2)
+                    m.put(new TopicPartition(a[2], Integer.parseInt(a[i])), new org.apache.kafka.clients.consumer.OffsetAndMetadata(Long.parseLong(a[i + 1])));
+                admin.alterConsumerGroupOffsets(a[1], m).all().get();
+            }
+            case "group-lag" -> {
+                var offs = admin.listConsumerGroupOffsets(a[1]).partitionsToOffsetAndMetadata().get();
+                Map<TopicPartition, org.apache.kafka.clients.admin.OffsetSpec> q = new HashMap<>();
+                for (TopicPartition tp : offs.keySet()) q.put(tp, org.apache.kafka.clients.admin.OffsetSpec.latest());
+                var ends = admin.listOffsets(q).all().get();
+                List<String> lines = new ArrayList<>();
+                for (var e : offs.entrySet()) {
+                    long end = ends.get(e.getKey()).offset();
+                    lines.add("LAG " + e.getKey().topic() + " " + e.getKey().partition() + " " + e.getValue().offset() + " " + end + " " + (end - e.getValue().offset()));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "offsets" -> {
+                Map<TopicPartition, org.apache.kafka.clients.admin.OffsetSpec> q = new HashMap<>();
+                for (int i = 3; i < a.length; i++) q.put(new TopicPartition(a[1], Integer.parseInt(a[i])), spec(a[2]));
+                var r = admin.listOffsets(q).all().get();
+                for (int i = 3; i < a.length; i++) {
+                    var x = r.get(new TopicPartition(a[1], Integer.parseInt(a[i])));
+                    System.out.println("OFFSET " + a[i] + " " + x.offset() + " " + x.timestamp());
+                }
+            }
+            case "create-topic-assign" -> {
+                Map<Integer, List<Integer>> asg = new HashMap<>();
+                Map<String, String> cfg = new HashMap<>();
+                for (int i = 2; i < a.length; i++) {
+                    String[] kv = a[i].split("=", 2);
+                    if (kv[0].matches("\\d+")) {
+                        List<Integer> bs = new ArrayList<>();
+                        for (String b : kv[1].split(",")) bs.add(Integer.parseInt(b));
+                        asg.put(Integer.parseInt(kv[0]), bs);
+                    } else cfg.put(kv[0], kv[1]);
+                }
+                admin.createTopics(List.of(new NewTopic(a[1], asg).configs(cfg))).all().get();
+            }
+            case "create-partitions" ->
+                admin.createPartitions(Map.of(a[1], org.apache.kafka.clients.admin.NewPartitions.increaseTo(Integer.parseInt(a[2])))).all().get();
+            case "delete-records" -> {
+                TopicPartition tp = new TopicPartition(a[1], Integer.parseInt(a[2]));
+                var r = admin.deleteRecords(Map.of(tp, org.apache.kafka.clients.admin.RecordsToDelete.beforeOffset(Long.parseLong(a[3]))))
+                    .lowWatermarks().get(tp).get();
+                System.out.println("LOW " + a[2] + " " + r.lowWatermark());
+            }
+            case "alter-config" -> {
+                var r = resource(a[1], a[2]);
+                var op = org.apache.kafka.clients.admin.AlterConfigOp.OpType.valueOf(a[3].toUpperCase());
+                var e = new org.apache.kafka.clients.admin.ConfigEntry(a[4], a.length > 5 ? a[5] : null);
+                admin.incrementalAlterConfigs(Map.of(r, List.of(new org.apache.kafka.clients.admin.AlterConfigOp(e, op)))).all().get();
+            }
+            case "describe-producers" -> {
+                List<TopicPartition> tps = new ArrayList<>();
+                for (int i = 2; i < a.length; i++) tps.add(new TopicPartition(a[1], Integer.parseInt(a[i])));
+                var all = admin.describeProducers(tps).all().get();
+                for (TopicPartition tp : tps) {
+                    List<String> lines = new ArrayList<>();
+                    for (var st : all.get(tp).activeProducers())
+                        lines.add("PRODUCER " + tp.partition() + " " + st.producerId() + " " + st.producerEpoch() + " " + st.lastSequence() + " "
+                            + st.lastTimestamp() + " " + (st.coordinatorEpoch().isPresent() ? st.coordinatorEpoch().getAsInt() : "-") + " "
+                            + (st.currentTransactionStartOffset().isPresent() ? st.currentTransactionStartOffset().getAsLong() : "-"));
+                    java.util.Collections.sort(lines);
+                    for (String l : lines) System.out.println(l);
+                }
+            }
+            case "list-transactions" -> {
+                List<String> lines = new ArrayList<>();
+                for (var t : admin.listTransactions().all().get())
+                    lines.add("TXN " + t.transactionalId() + " " + t.producerId() + " " + t.state());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "describe-transaction" -> {
+                var d = admin.describeTransactions(List.of(a[1])).all().get().get(a[1]);
+                List<String> tps = new ArrayList<>();
+                for (TopicPartition tp : d.topicPartitions()) tps.add(tp.topic() + ":" + tp.partition());
+                java.util.Collections.sort(tps);
+                System.out.println("TXN " + a[1] + " " + d.state() + " " + d.producerId() + " " + d.producerEpoch() + " "
+                    + d.transactionTimeoutMs() + " " + (d.transactionStartTimeMs().isPresent() ? d.transactionStartTimeMs().getAsLong() : "-")
+                    + " " + (tps.isEmpty() ? "-" : String.join(",", tps)));
+            }
+            default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }
     }
 }
