@@ -42,7 +42,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: options-doc mutants mutants-ci chaos all docs test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: admin options-doc mutants mutants-ci chaos all docs test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -153,6 +153,13 @@ mutants: all $(MOCKBROKER)
 CHAOS_KAFKA ?= 4.1.2
 chaos: all
 	SPEC_CHAOS=1 KAFKA_VERSIONS=$(CHAOS_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/chaos_spec.lua
+
+# kafka.admin against real brokers with Java's AdminClient as the oracle
+# (spec/admin_spec.lua: about 200 s per version, outside make test's
+# budget); .ci/run runs it on ADMIN_KAFKA.
+ADMIN_KAFKA ?= 4.1.2
+admin: all
+	SPEC_ADMIN=1 KAFKA_VERSIONS=$(ADMIN_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/admin_spec.lua
 
 # The mutants marked ci = true (the promises found unguarded, each with the
 # spec written for it): the part of `make mutants` that .ci/run runs.

@@ -4,6 +4,8 @@
 -- describe identically. One block per version in KAFKA_VERSIONS (single
 -- node), and a 3-node cluster of the main version for replica
 -- assignments, ISRs and leader-bound calls spread over the brokers.
+-- Runs with SPEC_ADMIN=1 only (`make admin`, which .ci/run calls): its Java
+-- calls take about 200 s per version, more than `make test`'s budget.
 local rk = require "support.realkafka"
 local rt = require "support.realtools"
 local H = require "support.helpers"
@@ -49,6 +51,13 @@ end
 
 local function produce(k, topic, n)
   return java(k, { "produce", topic, n, "none", "plain" })
+end
+
+if os.getenv("SPEC_ADMIN") ~= "1" then
+  describe("kafka.admin against real brokers", function()
+    pending("runs with SPEC_ADMIN=1 (make admin)")
+  end)
+  return
 end
 
 for _, version in ipairs(rk.versions()) do
