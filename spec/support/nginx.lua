@@ -86,10 +86,13 @@ function _M:get(path)
   return body
 end
 
--- ab(n, c, path) -> {complete=, failed=, non2xx=}: n requests, c at a time,
--- blocking (ab's own timeout: 30 s per request)
+-- ab(n, c, path) -> {complete=, failed=, non2xx=}: n requests, c at a time
+-- over keep-alive connections, blocking (ab's own timeout: 30 s per
+-- request). Keep-alive matters: a connection per request cycles the
+-- ephemeral ports fast enough to take a killed broker's port before its
+-- restart binds it again.
 function _M:ab(n, c, path)
-  local f = assert(io.popen(("%s timeout -k 5 300 ab -q -r -n %d -c %d 'http://127.0.0.1:%d%s' 2>&1")
+  local f = assert(io.popen(("%s timeout -k 5 300 ab -k -q -r -n %d -c %d 'http://127.0.0.1:%d%s' 2>&1")
     :format(H.closefds, n, c, self.port, path)))
   local out = f:read("*a")
   f:close()
