@@ -214,4 +214,36 @@ function _M.operations(bits)
   return out
 end
 
+--- Asks every broker of the cluster, each through the client's retry
+-- service (ListGroups, ListTransactions: each broker answers for what it
+-- coordinates).
+-- @tparam table client the kafka.client
+-- @tparam number timeout_ms each broker's deadline
+-- @tparam function ask `ask(conn, deadline)`: the response, or nil, err, code, kafka_code, retriable
+-- @return `{{id=, resp=}...}` of the brokers that answered (by id) and
+-- `{{broker=, error=, code=}...}` of the others, or nil, err, code
+function _M.each_broker(client, timeout_ms, ask)
+  local md, err, code = client:call(function(deadline) return client:load_metadata({ topics = {} }, deadline) end,
+    { timeout_ms = timeout_ms })
+  if not md then return nil, err, code end
+  local ids = {}
+  for _, b in ipairs(md.brokers or {}) do ids[#ids + 1] = b.node_id end
+  table.sort(ids)
+  local answered, failed = {}, {}
+  for _, id in ipairs(ids) do
+    local resp
+    resp, err, code = client:call(function(deadline)
+      local c, e, k = client:broker(id, deadline)
+      if not c then return nil, e, k end
+      return ask(c, deadline)
+    end, { timeout_ms = timeout_ms })
+    if resp then
+      answered[#answered + 1] = { id = id, resp = resp }
+    else
+      failed[#failed + 1] = { broker = id, error = err, code = code }
+    end
+  end
+  return answered, failed
+end
+
 return _M

@@ -71,35 +71,21 @@ function _M:list_groups(opts)
   local o = B.opts(where, opts)
   if o.types ~= nil then B.names(where, "types", o.types) end
   if o.states ~= nil then B.names(where, "states", o.states) end
-  local client = self.client
-  local md, err, code = client:call(function(deadline) return client:load_metadata({ topics = {} }, deadline) end,
-    { timeout_ms = timeout_of(self, o) })
-  if not md then return nil, err, code end
-  local ids = {}
-  for _, b in ipairs(md.brokers or {}) do ids[#ids + 1] = b.node_id end
-  table.sort(ids)
-  local out, failed = {}, {}
-  for _, id in ipairs(ids) do
-    local resp
-    resp, err, code = client:call(function(deadline)
-      local c, e, k = client:broker(id, deadline)
-      if not c then return nil, e, k end
-      local v
-      v, e, k = B.version(c, API.ListGroups, (o.types and 5) or (o.states and 4) or 0)
-      if not v then return nil, e, k end
-      local r
-      r, e, k = B.request(c, API.ListGroups, { states_filter = o.states or {}, types_filter = o.types or {} }, v, deadline)
-      if not r then return nil, e, k end
-      if r.error_code ~= errors.NONE then return group_error(r.error_code, nil, "ListGroups") end
-      return r
-    end, { timeout_ms = timeout_of(self, o) })
-    if resp then
-      for _, g in ipairs(resp.groups or {}) do
-        out[#out + 1] = { group_id = g.group_id, protocol_type = g.protocol_type, state = g.group_state,
-          type = g.group_type, coordinator = id }
-      end
-    else
-      failed[#failed + 1] = { broker = id, error = err, code = code }
+  local answered, failed, code = B.each_broker(self.client, timeout_of(self, o), function(c, deadline)
+    local v, e, k = B.version(c, API.ListGroups, (o.types and 5) or (o.states and 4) or 0)
+    if not v then return nil, e, k end
+    local r
+    r, e, k = B.request(c, API.ListGroups, { states_filter = o.states or {}, types_filter = o.types or {} }, v, deadline)
+    if not r then return nil, e, k end
+    if r.error_code ~= errors.NONE then return group_error(r.error_code, nil, "ListGroups") end
+    return r
+  end)
+  if not answered then return nil, failed, code end
+  local out = {}
+  for _, a in ipairs(answered) do
+    for _, g in ipairs(a.resp.groups or {}) do
+      out[#out + 1] = { group_id = g.group_id, protocol_type = g.protocol_type, state = g.group_state,
+        type = g.group_type, coordinator = a.id }
     end
   end
   table.sort(out, function(a, b) return a.group_id < b.group_id end)

@@ -36,40 +36,26 @@ function _M:list_transactions(opts)
   check.int(where, "duration_ms", o.duration_ms, nil, 0)
   check.typed(where, "transactional_id_pattern", o.transactional_id_pattern, nil, "string")
   local min = (o.transactional_id_pattern and 2) or (o.duration_ms and 1) or 0
-  local client = self.client
-  local md, err, code = client:call(function(deadline) return client:load_metadata({ topics = {} }, deadline) end,
-    { timeout_ms = timeout_of(self, o) })
-  if not md then return nil, err, code end
-  local ids = {}
-  for _, b in ipairs(md.brokers or {}) do ids[#ids + 1] = b.node_id end
-  table.sort(ids)
-  local out, failed = {}, {}
-  for _, id in ipairs(ids) do
-    local resp
-    resp, err, code = client:call(function(deadline)
-      local c, e, k = client:broker(id, deadline)
-      if not c then return nil, e, k end
-      local v
-      v, e, k = B.version(c, API.ListTransactions, min)
-      if not v then return nil, e, k end
-      local r
-      r, e, k = B.request(c, API.ListTransactions, { state_filters = o.states or {}, producer_id_filters = o.producer_ids or {},
-        duration_filter = o.duration_ms or -1, transactional_id_pattern = o.transactional_id_pattern }, v, deadline)
-      if not r then return nil, e, k end
-      if r.error_code ~= errors.NONE then
-        local info = errors.info(r.error_code)
-        local again = COORD_AGAIN[r.error_code] or info.retriable
-        return nil, "ListTransactions: " .. info.name, again and "retriable" or "kafka", r.error_code, again
-      end
-      return r
-    end, { timeout_ms = timeout_of(self, o) })
-    if resp then
-      for _, t in ipairs(resp.transaction_states or {}) do
-        out[#out + 1] = { transactional_id = t.transactional_id, producer_id = t.producer_id, state = t.transaction_state,
-          coordinator = id }
-      end
-    else
-      failed[#failed + 1] = { broker = id, error = err, code = code }
+  local answered, failed, code = B.each_broker(self.client, timeout_of(self, o), function(c, deadline)
+    local v, e, k = B.version(c, API.ListTransactions, min)
+    if not v then return nil, e, k end
+    local r
+    r, e, k = B.request(c, API.ListTransactions, { state_filters = o.states or {}, producer_id_filters = o.producer_ids or {},
+      duration_filter = o.duration_ms or -1, transactional_id_pattern = o.transactional_id_pattern }, v, deadline)
+    if not r then return nil, e, k end
+    if r.error_code ~= errors.NONE then
+      local info = errors.info(r.error_code)
+      local again = COORD_AGAIN[r.error_code] or info.retriable
+      return nil, "ListTransactions: " .. info.name, again and "retriable" or "kafka", r.error_code, again
+    end
+    return r
+  end)
+  if not answered then return nil, failed, code end
+  local out = {}
+  for _, a in ipairs(answered) do
+    for _, t in ipairs(a.resp.transaction_states or {}) do
+      out[#out + 1] = { transactional_id = t.transactional_id, producer_id = t.producer_id, state = t.transaction_state,
+        coordinator = a.id }
     end
   end
   table.sort(out, function(a, b) return a.transactional_id < b.transactional_id end)
