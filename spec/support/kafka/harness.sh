@@ -58,12 +58,18 @@ log_opts() {
   esac
 }
 
-# free_ports N: N distinct TCP ports nobody listens on
+# free_ports N: N distinct TCP ports no socket uses, in any state, chosen below the
+# kernel's ephemeral range: a port the kernel may hand to an outgoing connection (ours, a
+# broker's, nginx's) could be taken between choosing it and binding it, and a chaos case
+# restarts a killed node on the ports it had, long after they were chosen
 free_ports() {
-  local n=$1 got=() p used
-  used=$(ss -Htln | awk '{print $4}' | sed 's/.*://' | sort -u)
+  local n=$1 got=() p used lo=32768 span
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  [ "$lo" -gt 12000 ] || lo=32768 # a host whose ephemeral range starts low: stay below 32768 anyway
+  span=$((lo - 11000))
+  used=$(ss -Htan | awk '{print $4}' | sed 's/.*://' | sort -u)
   while [ ${#got[@]} -lt "$n" ]; do
-    p=$((20000 + RANDOM % 40000))
+    p=$((11000 + RANDOM % span))
     if ! grep -qx "$p" <<<"$used" && [[ " ${got[*]-} " != *" $p "* ]]; then got+=("$p"); fi
   done
   echo "${got[@]}"
@@ -197,7 +203,13 @@ wait_ready() {
       grep -q 'Kafka Server started' "$d/node$n/broker.log" 2>/dev/null && continue
       if ! kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null; then
         # a port taken between choosing it and binding it: the caller retries on others
-        grep -qE 'Unable to start acceptor|Address already in use|BindException' "$d/node$n/broker.log" && return 2
+        if grep -qE 'Unable to start acceptor|Address already in use|BindException' "$d/node$n/broker.log"; then
+          # say which port and who held it: the next failure explains itself
+          local port
+          port=$(grep -m1 -oE '127\.0\.0\.1:[0-9]+' <(grep -E -A3 'Unable to start acceptor|Address already in use|BindException' "$d/node$n/broker.log") | sed 's/.*://')
+          echo "kafka harness: node $n could not bind port ${port:-?}: $(ss -Htanp 2>/dev/null | grep -E ":${port:-none}\b" | head -3 | tr -s ' ' | tr '\n' ';')" >>"$d/bind-failures"
+          return 2
+        fi
         die "node $n exited during start-up (log: $d/node$n/broker.log): $(grep -m1 -E 'ERROR|Exception' "$d/node$n/broker.log" || true)"
       fi
       pending="$pending $n"
@@ -226,7 +238,7 @@ start() {
     sleep 0.5; rm -rf "$d"' _ "$d" "$owner" </dev/null >/dev/null 2>&1 &
   echo $! > "$d/watchdog.pid"
   local attempt rc
-  for attempt in 1 2 3; do
+  for attempt in 1 2 3 4 5; do
     voters=""
     read -r -a ports <<<"$(free_ports $((nodes * 6)))"
     for n in $(seq 1 "$nodes"); do
@@ -263,7 +275,7 @@ EOF
       while kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 0.05; done
     done
     rm -rf "$d"/node*
-    [ "$attempt" -eq 3 ] && die "no free ports after 3 attempts (a port was taken each time)"
+    [ "$attempt" -eq 5 ] && die "no free ports after 5 attempts (a port was taken each time): $(cat "$d/bind-failures")"
   done
   {
     echo "version=$v"
@@ -306,7 +318,8 @@ case "$cmd" in
   kill) p="$C/run/$2/node$3/pid"; kill -9 "$(cat "$p")" 2>/dev/null || true
         deadline=$((SECONDS + 10)); while kill -0 "$(cat "$p")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done ;;
   restart) d="$C/run/$2"; mv "$d/node$3/broker.log" "$d/node$3/broker.log.$(date +%s%N)"
-           launch_node "$d" "$3"; wait_ready "$d" "$3" ;;
+           launch_node "$d" "$3"
+           wait_ready "$d" "$3" || die "node $3 could not restart on its ports: $(cat "$d/bind-failures" 2>/dev/null)" ;;
   status) status "$2" ;;
   *) die "usage: harness.sh classpath|start|stop|kill|restart|status ..." ;;
 esac
