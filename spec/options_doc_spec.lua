@@ -64,7 +64,7 @@ describe("the declarations", function()
       connect_timeout_ms = 10000, default_api_timeout_ms = 60000, metadata_max_age_ms = 300000,
       retry_backoff_ms = 1500, retry_backoff_max_ms = 1500, reconnect_backoff_ms = 100,
       reconnect_backoff_max_ms = 1000, receive_message_max_bytes = 100000000, allow_auto_topic_creation = true,
-      api_versions = true }, o)
+      api_versions = true, metadata_recovery_strategy = "rebootstrap" }, o)
   end)
 
   it("give the producer its defaults and decide idempotence", function()

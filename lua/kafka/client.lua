@@ -67,6 +67,8 @@ function _M.new(opts)
     sleep = sleep,
     cluster_id = nil,
     controller_id = nil,
+    recovery = o.metadata_recovery_strategy, -- "rebootstrap" or "none"
+    rebootstraps = 0,    -- times the client started over from the bootstrap brokers
     transports = {},     -- kind ("cosocket", "luasocket", "custom") -> sockets its connections opened
   }, mt)
 end
@@ -96,6 +98,7 @@ function _M:_new_conn(host, port, node_id)
   local o = self.o
   return connection.new {
     host = host, port = port, node_id = node_id, client_id = self.client_id,
+    cluster_id = node_id and self.cluster_id or nil, av_max = self.av_max,
     request_timeout_ms = o.request_timeout_ms, connect_timeout_ms = o.connect_timeout_ms,
     receive_message_max_bytes = o.receive_message_max_bytes, now = self.now,
     socket = o.socket, api_versions = o.api_versions, max_versions = o.max_versions,
@@ -139,6 +142,10 @@ function _M:_ready(c, deadline)
     return nil, ("%s; next attempt in %d ms"):format(tostring(err), math.ceil(b)), code
   end
   self.fails[c], self.down_until[c] = nil, nil
+  -- the ApiVersions versions this cluster's brokers take: a connection to a
+  -- known node asks v5 (the cluster check) only where a broker offered it
+  local av = c.broker_versions and c.broker_versions[API.ApiVersions]
+  if av then self.av_max = av.max end
   return c
 end
 
@@ -164,7 +171,7 @@ function _M:broker(node_id, deadline, pool)
   if not b then return nil, "unknown broker id " .. tostring(node_id), "metadata" end
   local conns = pool or self.conns
   local c = conns[node_id]
-  if c and (c.host ~= b.host or c.port ~= b.port) then
+  if c and (c.host ~= b.host or c.port ~= b.port or c.cluster_id ~= self.cluster_id) then
     c:close("broker address changed")
     c = nil
   end
@@ -172,13 +179,27 @@ function _M:broker(node_id, deadline, pool)
     c = self:_new_conn(b.host, b.port, node_id)
     conns[node_id] = c
   end
-  return self:_ready(c, deadline)
+  local r, err, code = self:_ready(c, deadline)
+  -- not the node the metadata named (KIP-1242): the metadata is stale
+  if not r and code == "rebootstrap" and self.recovery == "rebootstrap" then self:_rebootstrap(err) end
+  return r, err, code
+end
+
+-- Forgets the cluster (its brokers, connections, topics and id) so the
+-- next request starts over from the bootstrap brokers (KIP-899/KIP-1102):
+-- after REBOOTSTRAP_REQUIRED, or metadata naming another cluster.
+function _M:_rebootstrap(reason)
+  for _, c in pairs(self.conns) do c:close("rebootstrap: " .. tostring(reason)) end
+  self.conns, self.brokers, self.topics, self.down_until, self.fails = {}, {}, {}, {}, {}
+  self.cluster_id, self.controller_id, self.meta_time = nil, nil, -math.huge
+  self.rebootstraps = self.rebootstraps + 1
 end
 
 -- Calls fn(conn) for each reachable broker (known brokers first, from a
 -- rotating start, then the bootstrap list, so a cluster whose brokers all
--- moved is found again) until fn returns a value. Returns it, or nil, err,
--- code: "backoff" when every broker was refused for its backoff.
+-- moved is found again: metadata_recovery_strategy "rebootstrap") until fn
+-- returns a value. Returns it, or nil, err, code: "backoff" when every
+-- broker was refused for its backoff.
 function _M:_each_broker(deadline, fn)
   local last_err, last_code, all_backoff = "no brokers", "network", true
   local function try(c, err, code)
@@ -197,7 +218,14 @@ function _M:_each_broker(deadline, fn)
   for i = 1, #ids do
     local r = try(self:broker(ids[(start + i - 1) % #ids + 1], deadline))
     if r then return r end
+    if last_code == "rebootstrap" and self.recovery == "rebootstrap" then
+      if next(self.brokers) then self:_rebootstrap(last_err) end -- (broker() may have)
+      break
+    end
     if deadline and self.now() >= deadline then break end
+  end
+  if #ids > 0 and self.recovery == "none" then
+    return nil, "no broker reachable: " .. tostring(last_err), all_backoff and "backoff" or last_code
   end
   for i, b in ipairs(self.bootstrap) do
     local c = self.boot_conns[i]
@@ -241,7 +269,9 @@ function _M:refresh(topics, deadline)
     if not resp then return nil, rerr, rcode end
     if resp.error_code and resp.error_code ~= errors.NONE then -- v13+: a top-level error
       local e = errors.info(resp.error_code)
-      return nil, ("Metadata from %s: %s"):format(c:name(), e.name), e.retriable and "retriable" or "kafka", e.code
+      local kind = e.retriable and "retriable" or "kafka"
+      if e.code == errors.REBOOTSTRAP_REQUIRED and c.node_id then kind = "rebootstrap" end
+      return nil, ("Metadata from %s: %s"):format(c:name(), e.name), kind, e.code
     end
     self:_apply_metadata(resp)
     return true
@@ -292,6 +322,11 @@ function _M:_apply_metadata(resp)
   for _, b in ipairs(resp.brokers or {}) do
     brokers[b.node_id] = { host = b.host, port = b.port, rack = b.rack }
   end
+  -- metadata of another cluster than the one known (its brokers all moved,
+  -- the bootstrap names now point elsewhere): nothing of the old one is kept
+  if self.cluster_id and resp.cluster_id and resp.cluster_id ~= self.cluster_id then
+    self:_rebootstrap("the cluster id changed from " .. self.cluster_id .. " to " .. resp.cluster_id)
+  end
   if next(brokers) then self.brokers = brokers end
   -- connections to brokers that left the cluster are closed, their backoff
   -- forgotten: listed again, a broker is connected at once
@@ -322,7 +357,7 @@ end
 -- The codes a retry can cure (I/O, a broker in backoff, a retriable Kafka
 -- error, a broker id not in the metadata yet).
 local RETRIABLE = { network = true, timeout = true, backoff = true, retriable = true, closed = true,
-                    protocol = true, metadata = true }
+                    protocol = true, metadata = true, rebootstrap = true }
 _M.RETRIABLE = RETRIABLE
 
 --- The retry service: runs fn until it returns a result or a non-retriable

@@ -82,6 +82,8 @@ function _M.new(opts)
     host = opts.host,
     port = tonumber(opts.port),
     node_id = opts.node_id,
+    cluster_id = opts.cluster_id, -- the cluster the metadata named: ApiVersions v5 asks the broker to confirm
+    av_max = opts.av_max,         -- the ApiVersions version the cluster's brokers offered (nil: unknown)
     client_id = opts.client_id or "lua-kafka",
     request_timeout_ms = opts.request_timeout_ms or 30000,
     connect_timeout_ms = opts.connect_timeout_ms or 10000,
@@ -274,7 +276,15 @@ function _M:_negotiate(deadline)
       while v and n.seen[v] do v = table.remove(n.try, 1) end
       if not v then return nil, self:name() .. ": ApiVersions negotiation failed", "unsupported" end
       n.seen[v], n.v = true, v
-      local corr, err, code = self:_send_raw(API_VERSIONS, v, AV_BODY, { raw = true }, deadline)
+      local body = AV_BODY
+      if v >= 5 and self.cluster_id and self.node_id then
+        -- KIP-1242: a broker that is not this node of this cluster (an address
+        -- reused by another cluster, a node moved) answers REBOOTSTRAP_REQUIRED
+        body = { client_software_name = AV_BODY.client_software_name,
+          client_software_version = AV_BODY.client_software_version,
+          cluster_id = self.cluster_id, node_id = self.node_id }
+      end
+      local corr, err, code = self:_send_raw(API_VERSIONS, v, body, { raw = true }, deadline)
       if not corr then return nil, err, code end
       n.corr = corr
     end
@@ -303,6 +313,9 @@ function _M:_negotiate(deadline)
       for _, k in ipairs(v0.api_keys or {}) do
         if k.api_key == API_VERSIONS then max = k.max_version end
       end
+    elseif body and body.error_code == proto.errors.REBOOTSTRAP_REQUIRED then
+      return nil, ("%s: ApiVersions: REBOOTSTRAP_REQUIRED (not node %s of cluster %s)"):format(self:name(),
+        tostring(self.node_id), tostring(self.cluster_id)), "rebootstrap"
     elseif body and body.error_code ~= proto.errors.UNSUPPORTED_VERSION then
       return nil, ("%s: ApiVersions failed: %s"):format(self:name(), proto.errors.info(body.error_code).name), "protocol"
     end
@@ -399,7 +412,11 @@ function _M:connect(deadline)
       return self:_authenticate()
     end
     local _, ours = proto.versions(API_VERSIONS)
-    self.neg = { try = { math.min(ours, 3) }, seen = {}, first = true }
+    -- v3 unless the broker can be asked to confirm its cluster and node (v5,
+    -- offered by the cluster's brokers): v4 adds nothing we read, and asking
+    -- a broker a version it lacks costs a round trip
+    local v5 = self.cluster_id and self.node_id and (self.av_max or 0) >= 5
+    self.neg = { try = { math.min(ours, v5 and 5 or 3) }, seen = {}, first = true }
   end
   local first, sock = self.neg.first, self.sock
   ok, err, code = self:_negotiate(deadline)

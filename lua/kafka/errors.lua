@@ -188,6 +188,8 @@ _M.codes = {
   metadata = "a broker id the metadata does not list",
   unknown_topic = "the cluster does not have the topic",
   unknown_partition = "the topic does not have the partition",
+  rebootstrap = "the broker is not the node of the cluster the metadata named (KIP-1242), or the cluster"
+    .. " asked the client to start over from its bootstrap brokers (retried from them)",
   -- producer and consumer
   too_large = "a message larger than max_message_bytes",
   buffer_full = "the producer's buffer is full (flush_on_full = false, or in nginx)",

@@ -63,6 +63,11 @@ local CLIENT = check.declare("kafka.client.new", {
     doc = "the deadline of metadata, list_offsets, coordinator, group calls, commit and committed" },
   { name = "metadata_max_age_ms", type = "int", default = 300000, min = 0, kafka = "metadata.max.age.ms",
     doc = "metadata older than this is refreshed before use" },
+  { name = "metadata_recovery_strategy", type = "oneof", values = { "rebootstrap", "none" }, default = "rebootstrap",
+    kafka = "metadata.recovery.strategy", doc = '"rebootstrap": when no broker the metadata lists answers, or a'
+      .. ' broker says REBOOTSTRAP_REQUIRED (it is not the node of the cluster the metadata named: KIP-1242), the'
+      .. ' client forgets the cluster and starts over from brokers (KIP-899, KIP-1102); "none": brokers is used'
+      .. ' only until the first metadata' },
   { name = "retry_backoff_ms", type = "int", default = 100, min = 0, kafka = "retry.backoff.ms",
     doc = "the wait before a retry, doubling per attempt" },
   { name = "retry_backoff_max_ms", type = "int", min = 0, kafka = "retry.backoff.max.ms",

@@ -72,7 +72,8 @@ end
 -- cluster(version, nodes [, name [, props]]) -> a running cluster, started
 -- on first use (name: a cluster of its own, e.g. the benchmarks' broker;
 -- props: {["server.property"] = value} for that cluster's brokers, after
--- the harness's defaults).
+-- the harness's defaults; props.cluster_id: the id the nodes are formatted
+-- with, 22 characters).
 function _M.cluster(version, nodes, name, props)
   nodes = nodes or 1
   name = name or (version .. "-" .. nodes .. "n")
@@ -87,9 +88,13 @@ function _M.cluster(version, nodes, name, props)
     local env = ""
     if props then
       local lines = {}
-      for k, v in pairs(props) do lines[#lines + 1] = k .. "=" .. tostring(v) end
+      for k, v in pairs(props) do
+        -- (cluster_id: the id the nodes are formatted with, 22 characters)
+        if k == "cluster_id" then env = env .. "LK_KAFKA_CLUSTER_ID='" .. v .. "' "
+        else lines[#lines + 1] = k .. "=" .. tostring(v) end
+      end
       table.sort(lines)
-      env = "LK_KAFKA_PROPS='" .. table.concat(lines, "\n"):gsub("'", "'\\''") .. "' "
+      env = env .. "LK_KAFKA_PROPS='" .. table.concat(lines, "\n"):gsub("'", "'\\''") .. "' "
     end
     ok, out = sh(env .. table.concat({ harness, "start", name, version, tostring(nodes), owner or my_pid() }, " "))
     if not ok then error("kafka " .. version .. " (" .. nodes .. " nodes) did not start: " .. out, 2) end

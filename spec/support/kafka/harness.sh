@@ -259,7 +259,7 @@ EOF
       rm -rf "$d/node$n/data" # (a retry formats afresh: StorageTool refuses a formatted directory)
       # shellcheck disable=SC2046
       timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
-        -t lua-kafka-tests-000001 -c "$d/node$n/server.properties" \
+        -t "${LK_KAFKA_CLUSTER_ID:-lua-kafka-tests-000001}" -c "$d/node$n/server.properties" \
         --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' \
         --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]' >"$d/node$n/format.log" 2>&1 \
         || die "formatting node $n failed (log: $d/node$n/format.log): $(tail -3 "$d/node$n/format.log")"
