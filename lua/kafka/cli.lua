@@ -180,6 +180,8 @@ function _M.set_option(conf, where, key, value)
   end
 end
 
+local PROP_ESC = { t = "\t", n = "\n", r = "\r", f = "\f" }
+
 --- Parses a properties file in Java's format (key=value, key: value or
 -- key value; # and ! comments; a trailing backslash continues the line;
 -- \t \n \r \f \uXXXX escapes) -> `{{key, value, line}...}` in file order.
@@ -215,7 +217,7 @@ function _M.parse_properties(text)
           if cp < 0x80 then return string.char(cp) end
           if cp < 0x800 then return string.char(0xC0 + math.floor(cp / 64), 0x80 + cp % 64) end
           return string.char(0xE0 + math.floor(cp / 4096), 0x80 + math.floor(cp / 64) % 64, 0x80 + cp % 64)
-        end):gsub("\\(.)", { t = "\t", n = "\n", r = "\r", f = "\f" }))
+        end):gsub("\\(.)", function(c) return PROP_ESC[c] or c end))
       end
       out[#out + 1] = { unescape(k), unescape(v), start }
     end

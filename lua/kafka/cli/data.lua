@@ -21,7 +21,7 @@ local PRODUCE = {
 -- lines(reader) -> an iterator over lines without their "\n" (a last line
 -- without one counts; "\r\n" keeps its "\r": values are bytes)
 local function lines(r)
-  return function() return r:read("l") end
+  return function() return r:read("*l") end
 end
 
 _M.FLUSH_EVERY = 10000
