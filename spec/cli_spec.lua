@@ -250,7 +250,7 @@ describe("lua-kafka on kafka.mock", function()
       { { "produce", "-t", "one", "-p", "x" }, 1, 'lua-kafka: produce: -p must be an integer in 0..2147483647 (got "x")\n' },
       { { "produce", "-t", "one", "-H", "novalue" }, 1, 'lua-kafka: produce: -H takes name=value (got "novalue")\n' },
       { { "produce", "-t", "one", "-z", "brotli" }, 1,
-        'lua-kafka: kafka.producer.new: compression must be "none", "gzip", "snappy", "lz4", "zstd" or 0..4 (got "brotli")\n' },
+        'lua-kafka: produce: -z: compression must be one of none, gzip, snappy, lz4, zstd, 0, 1, 2, 3, 4 (got "brotli")\n' },
       { { "produce", "-t", "one", "-a", "2" }, 1, 'lua-kafka: produce: -a: acks must be one of -1, 0, 1 (got "2")\n' },
       { { "consume", "-t", "nope", "-e" }, 2, "lua-kafka: consume: topic nope does not exist\n" },
       { { "consume", "-t", "one", "-o", "middle" }, 1,
