@@ -264,7 +264,7 @@ describe("lua-kafka on kafka.mock", function()
         "lua-kafka: groups reset needs one of --to-earliest, --to-latest, --to-offset, --to-timestamp, --shift-by\n" },
       { { "groups", "reset", "g", "-t", "one:0,7", "--to-earliest" }, 2,
         "lua-kafka: groups reset: topic one has 1 partitions: no partition 7\n" },
-      { { "groups", "describe", "nobody" }, 2, nil },
+      { { "groups", "describe", "nobody" }, 2, "lua-kafka: groups describe nobody: GROUP_ID_NOT_FOUND: group id not found\n" },
       { { "configs", "describe" }, 1, "lua-kafka: configs describe needs one of --topic, --broker, --group\n" },
       { { "topics", "create", "x", "--partitions", "0" }, 1,
         'lua-kafka: topics create: --partitions must be an integer >= 1 (got "0")\n' },

@@ -328,7 +328,7 @@ end
 
 --- Writes records as a table: columns `{{"HEADER", field}...}`, aligned,
 -- missing values as "-" (Kafka's tools' shape); with --json one object per record
--- (a column's missing value as null).
+-- (a column's missing value as null); no records: nothing, not even the header.
 function Ctx:table(columns, records)
   if self.json then
     for _, r in ipairs(records) do
@@ -337,6 +337,7 @@ function Ctx:table(columns, records)
     end
     return
   end
+  if #records == 0 then return end
   local width, rows = {}, {}
   for c, col in ipairs(columns) do width[c] = #col[1] end
   for i, r in ipairs(records) do

@@ -302,7 +302,8 @@ local function groups(ctx, o, pos)
     local rows = {}
     for _, g in ipairs(want) do
       local lag, err = admin:group_lag(g)
-      if not lag then ctx:item_error(("group %s: %s"):format(g, tostring(err)))
+      -- (kafka.admin's message starts with the call and the group: said once here)
+      if not lag then ctx:item_error(("groups describe %s: %s"):format(g, (tostring(err):gsub("^group_lag %S+: ", ""))))
       else
         for _, r in ipairs(lag) do
           if r.error then ctx:item_error(("group %s: %s/%d: %s"):format(g, r.topic, r.partition, r.error)) end
