@@ -378,3 +378,143 @@ describe("bin/lua-kafka", function()
     assert(ok, e)
   end)
 end)
+
+-- (b) a real broker, Kafka's Java client as the oracle: first Lua only (its
+-- peer's JVM starts are not worth repeating per Lua), the main version
+local rk = require "support.realkafka"
+local rt = require "support.realtools"
+local versions = rk.versions()
+if #versions > 0 and not H.lite() then
+  local version = versions[1]
+
+  describe("lua-kafka on Kafka " .. version .. ", read back by Kafka's Java client", function()
+    local k
+    setup(function() k = rk.cluster(version, 1) end)
+
+    -- run(argv [, stdin [, bootstrap]]) -> exit code, stdout, stderr of cli.main in-process
+    local function run(argv, input, bootstrap)
+      local out, err = writer(), writer()
+      local args = { "-b", bootstrap or k.bootstrap.PLAINTEXT }
+      for _, a in ipairs(argv) do args[#args + 1] = a end
+      local code = cli.main(args, { stdin = reader(input or ""), stdout = out, stderr = err,
+        getenv = function() return nil end })
+      return code, out:text(), err:text()
+    end
+    local function hex(s) return s == nil and "-" or s == "" and "~" or rt.hex(s) end
+
+    it("topics create, produce, consume, cluster over SASL_SSL from -F, groups describe and reset", function()
+      local t, t2, g = rt.uniq("cli-t"), rt.uniq("cli-j"), rt.uniq("cli-g")
+      local code, out, err = run({ "topics", "create", t, "--partitions", "3", "--replication-factor", "1",
+        "--config", "retention.ms=123456" })
+      assert.same({ 0, ("created topic %s (3 partitions, replication factor 1)\n"):format(t), "" }, { code, out, err })
+      local lines = {}
+      for i = 1, 30 do lines[i] = "key" .. (i % 5) .. ":value " .. i .. (i % 4 == 0 and ":x" or "") end
+      code, out, err = run({ "--json", "produce", "-t", t, "-k", ":", "-H", "src=cli", "-z", "lz4" },
+        table.concat(lines, "\n") .. "\n")
+      assert.same({ 0, "" }, { code, err })
+      -- what Java's consumer must read at each reported partition and offset
+      local want = {}
+      local i = 0
+      for o, p in out:gmatch('{"offset":(%d+),"partition":(%d+),"topic":"[^"]+"}\n') do
+        i = i + 1
+        local key, value = lines[i]:match("^([^:]*):(.*)$")
+        want[#want + 1] = ("REC %s %s %s %s %s=%s"):format(o, p, hex(key), hex(value), hex("src"), hex("cli"))
+      end
+      assert.equal(30, i)
+      -- a properties file as Java reads it: SASL_SSL with SCRAM, a PEM trust store
+      local props = rt.java_sasl_ssl(k)
+      local pf = os.tmpname()
+      local f = assert(io.open(pf, "wb"))
+      for key, v in pairs(props) do f:write(key, "=", v, "\n") end
+      f:close()
+      local java = rk.java_chain({ { "describe-topic", t }, { "describe-configs", "topic", t }, { "consume", t, 30, 60 },
+        { "create", t2, 2, 1 }, { "produce", t2, 20, "none", "idem" }, { "describe-cluster" } },
+        { bootstrap = k.bootstrap.PLAINTEXT, timeout = 180 })
+      -- topics describe: Java's partitions, leaders, replicas, ISRs and id
+      local id = java[1][1]:match("^TOPIC %S+ (%S+) false$")
+      local text = { ("Topic: %s\tTopicId: %s\tPartitionCount: 3\tReplicationFactor: 1\n"):format(t, id) }
+      for j = 2, #java[1] do
+        local p, l, r, isr = java[1][j]:match("^PART (%d+) (%d+) (%S+) (%S+)$")
+        text[#text + 1] = ("\tTopic: %s\tPartition: %s\tLeader: %s\tReplicas: %s\tIsr: %s\n"):format(t, p, l, r, isr)
+      end
+      assert.equal(4, #text)
+      code, out, err = run({ "topics", "describe", t })
+      assert.same({ 0, table.concat(text), "" }, { code, out, err })
+      -- configs describe: every config not at its default, as Java lists it
+      local cfg = {}
+      for _, l in ipairs(java[2]) do
+        local name, source, ro, sens, value = l:match("^CFG (%S+) (%S+) (%S+) (%S+) %S+ %S+ (.*)$")
+        if source ~= "DEFAULT_CONFIG" then
+          cfg[#cfg + 1] = cli.json({ name = name, source = source, read_only = ro == "true", sensitive = sens == "true",
+            value = value == "-" and cli.null or value }) .. "\n"
+        end
+      end
+      assert.truthy(table.concat(cfg):find('"name":"retention.ms","read_only":false,"sensitive":false,'
+        .. '"source":"DYNAMIC_TOPIC_CONFIG","value":"123456"', 1, true))
+      code, out, err = run({ "--json", "configs", "describe", "--topic", t })
+      assert.same({ 0, table.concat(cfg), "" }, { code, out, err })
+      -- Java's consumer read every message the CLI wrote, where its reports said
+      local got = {}
+      for _, l in ipairs(java[3]) do
+        local p, o, kh, vh, hh = l:match("^REC (%d+) (%d+) %d+ 0 (%S+) (%S+) (%S+)$")
+        got[#got + 1] = ("REC %s %s %s %s %s"):format(o, p, kh, vh, hh)
+      end
+      table.sort(got); table.sort(want)
+      assert.same(want, got)
+      -- the CLI reads what Java's idempotent producer wrote: every field
+      local jw = {}
+      for _, l in ipairs(java[5]) do
+        local p, o, n = l:match("^ACK (%d+) (%d+) (%d+)$")
+        n = tonumber(n)
+        jw[#jw + 1] = ("%s %s k%d v%d-%s %d i=%d,n=\n"):format(p, o, n, n, ("x"):rep(n % 7 * 40), 1700000000000 + n, n)
+      end
+      assert.equal(20, #jw)
+      code, out, err = run({ "consume", "-t", t2, "-o", "beginning", "-e", "-f", "%p %o %k %s %T %h\\n" })
+      assert.same({ 0, "" }, { code, err })
+      got = {}
+      for l in out:gmatch("[^\n]*\n") do got[#got + 1] = l end
+      table.sort(got); table.sort(jw)
+      assert.same(jw, got)
+      -- cluster over SASL_SSL with SCRAM-SHA-512, configured by Java's own properties file
+      local cid = java[6][1]:match("^CLUSTER (%S+) %d+$")
+      code, out, err = run({ "-F", pf, "cluster" }, nil, k.bootstrap.SASL_SSL)
+      os.remove(pf)
+      assert.same({ 0, "" }, { code, err })
+      assert.equal(("Cluster: %s\tController: 1\n\tBroker: 1\t127.0.0.1:%s\n"):format(cid,
+        k.bootstrap.SASL_SSL:match(":(%d+)$")), out)
+      -- a group member writes 10 messages and commits them; the lag is Java's
+      code, out, err = run({ "consume", "-t", t, "-g", g, "-o", "beginning", "-c", "10", "-f", "%p %o\\n" })
+      assert.same({ 0, "" }, { code, err })
+      local printed = {}
+      for p, o in out:gmatch("(%d+) (%d+)\n") do
+        p, o = tonumber(p), tonumber(o)
+        printed[p] = math.max(printed[p] or 0, o + 1)
+      end
+      local lag = rk.java({ "group-lag", g }, { bootstrap = k.bootstrap.PLAINTEXT })
+      local rows, ends, committed = {}, {}, {}
+      for _, l in ipairs(lag) do
+        local p, o, e, d = l:match("^LAG %S+ (%d+) (%d+) (%d+) (%-?%d+)$")
+        p = tonumber(p)
+        ends[p], committed[p] = tonumber(e), tonumber(o)
+        rows[#rows + 1] = cli.json({ client_host = cli.null, client_id = cli.null, member_id = cli.null, group = g,
+          topic = t, partition = p, offset = tonumber(o), end_offset = tonumber(e), lag = tonumber(d) }) .. "\n"
+      end
+      -- what the group committed is exactly what it wrote
+      for p, o in pairs(printed) do assert.equal(o, committed[p], "partition " .. p) end
+      code, out, err = run({ "--json", "groups", "describe", g })
+      assert.same({ 0, table.concat(rows), "" }, { code, out, err })
+      -- reset, dry run then executed: Java reads the new offsets back
+      code, out, err = run({ "groups", "reset", g, "-t", t .. ":0,2", "--to-offset", "2" })
+      assert.same({ 0, "lua-kafka: dry run: nothing committed (--execute commits these offsets)\n" }, { code, err })
+      code = run({ "groups", "reset", g, "-t", t .. ":0,2", "--to-offset", "2", "--execute" })
+      assert.equal(0, code)
+      local offs = rk.java({ "list-group-offsets", g }, { bootstrap = k.bootstrap.PLAINTEXT })
+      local want_offs = {}
+      for p = 0, 2 do
+        local o = (p == 1) and committed[1] or math.min(2, ends[p] or 0)
+        if o then want_offs[#want_offs + 1] = ("OFF %s %d %d ~"):format(t, p, o) end
+      end
+      assert.same(want_offs, offs)
+    end)
+  end)
+end

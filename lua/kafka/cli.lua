@@ -171,6 +171,14 @@ end
 -- @tparam string where "-X" or the file and line
 function _M.set_option(conf, where, key, value)
   if key == "sasl.jaas.config" or key == "sasl_jaas_config" then return jaas(where, conf, value) end
+  -- Java's PEM trust store is a CA file; JKS and PKCS12 stores are not read
+  if key == "ssl.truststore.type" then
+    if value:upper() ~= "PEM" then
+      fail(EXIT.usage, ("%s: ssl.truststore.type %s is not read: give a PEM CA file (ssl.ca.location)"):format(where, value))
+    end
+    return
+  end
+  if key == "ssl.truststore.location" then key = "ssl_ca_location" end
   local found = BY_KAFKA[key] or BY_NAME[key] or BY_NAME[(key:gsub("%.", "_"))]
   if not found then
     fail(EXIT.usage, ("%s: unknown option %q (the names are in docs/options.md)"):format(where, key))

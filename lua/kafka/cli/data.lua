@@ -262,14 +262,21 @@ local function consume(ctx, o, pos)
       result_err = "consume: " .. tostring(err)
       break
     end
-    for _, m in ipairs(msgs or {}) do
+    msgs = msgs or {}
+    for i, m in ipairs(msgs) do
       last = client.now()
       if ctx.json then ctx.stdout:write(C.json(message_json(m)), "\n")
       else ctx.stdout:write(render(parts, m)) end
       got = got + 1
       if count and got >= count then
-        -- what commit stores: the position after the last message written
-        if o.group then pcall(c.seek, c, m.topic, m.partition, m.offset + 1) end
+        -- the poll's messages not written: each partition back to its first
+        -- one, so that the group's commit stores only what was written
+        local back = {}
+        for j = i + 1, #msgs do
+          local x = msgs[j]
+          local k = x.topic .. "/" .. x.partition
+          if not back[k] then back[k] = true; c:seek(x.topic, x.partition, x.offset) end
+        end
         break
       end
     end
