@@ -149,8 +149,8 @@ describe("lua-kafka on kafka.mock", function()
       assert.equal("", offsets({ "consume", "-t", "one", "-o", "s@1800000000000", "-e", "-f", "%o " }))
       assert.equal("", offsets({ "consume", "-t", "one", "-e" }))
       -- nothing new: --timeout ends it, exit 2
-      local code, out, err = run({ "consume", "-t", "one", "--timeout", "50", "-X", "fetch_max_wait_ms=10" })
-      assert.same({ 2, "", "lua-kafka: consume: no message for 50 ms\n" }, { code, out, err })
+      local code, quiet, err = run({ "consume", "-t", "one", "--timeout", "50", "-X", "fetch_max_wait_ms=10" })
+      assert.same({ 2, "", "lua-kafka: consume: no message for 50 ms\n" }, { code, quiet, err })
       assert.equal("events/1/0 ", offsets({ "consume", "-t", "events", "-p", "1", "-o", "beginning", "-e", "-f", "%t/%p/%o " }))
       local out = offsets({ "consume", "-t", "one", "-t", "events", "-o", "beginning", "-e", "-f", "%t/%p/%o " })
       assert.equal("one/0/0 one/0/1 one/0/2 one/0/3 one/0/4 events/1/0 ", out)
@@ -507,8 +507,10 @@ if #versions > 0 and not H.lite() then
       code, out, err = run({ "--json", "groups", "describe", g })
       assert.same({ 0, table.concat(rows), "" }, { code, out, err })
       -- reset, dry run then executed: Java reads the new offsets back
-      code, out, err = run({ "groups", "reset", g, "-t", t .. ":0,2", "--to-offset", "2" })
+      local dry
+      code, dry, err = run({ "groups", "reset", g, "-t", t .. ":0,2", "--to-offset", "2" })
       assert.same({ 0, "lua-kafka: dry run: nothing committed (--execute commits these offsets)\n" }, { code, err })
+      assert.equal(3, select(2, dry:gsub("\n", "")))
       code = run({ "groups", "reset", g, "-t", t .. ":0,2", "--to-offset", "2", "--execute" })
       assert.equal(0, code)
       local offs = rk.java({ "list-group-offsets", g }, { bootstrap = k.bootstrap.PLAINTEXT })
