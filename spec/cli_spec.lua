@@ -311,10 +311,11 @@ describe("kafka.cli's parts", function()
     cli.set_option(conf, "-X", "retry.backoff.ms", "7")
     cli.set_option(conf, "-X", "enable.auto.commit", "false")
     cli.set_option(conf, "-X", "ssl.ca.location", "/ca.pem")
+    cli.set_option(conf, "-X", "api.versions", "false") -- no Kafka name: its dots as underscores
     cli.set_option(conf, "-X", "sasl.jaas.config",
       'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="s3 cret";')
     assert.same({ brokers = "h:1", security_protocol = "SASL_SSL", sasl_mechanism = "SCRAM-SHA-512", retry_backoff_ms = 7,
-      ssl_ca_location = "/ca.pem", sasl_username = "alice", sasl_password = "s3 cret" }, conf.client)
+      ssl_ca_location = "/ca.pem", sasl_username = "alice", sasl_password = "s3 cret", api_versions = false }, conf.client)
     assert.same({ compression = "lz4", max_retries = 3, acks = -1, retry_backoff_ms = 7 }, conf.producer)
     assert.same({ retry_backoff_ms = 7, enable_auto_commit = false }, conf.consumer)
   end)
