@@ -406,8 +406,10 @@ if #versions > 0 and not H.lite() then
     end
     local function hex(s) return s == nil and "-" or s == "" and "~" or rt.hex(s) end
 
-    it("topics create, produce, consume, cluster over SASL_SSL from -F, groups describe and reset", function()
-      local t, t2, g = rt.uniq("cli-t"), rt.uniq("cli-j"), rt.uniq("cli-g")
+    it("topics, configs, produce, consume, cluster over SASL_SSL from -F, transactions, groups describe, reset and delete",
+      function()
+      local t, t2, t3, g = rt.uniq("cli-t"), rt.uniq("cli-j"), rt.uniq("cli-x"), rt.uniq("cli-g")
+      local txid = "peer-" .. t3 .. "-txn-commit"
       local code, out, err = run({ "topics", "create", t, "--partitions", "3", "--replication-factor", "1",
         "--config", "retention.ms=123456" })
       assert.same({ 0, ("created topic %s (3 partitions, replication factor 1)\n"):format(t), "" }, { code, out, err })
@@ -432,7 +434,8 @@ if #versions > 0 and not H.lite() then
       for key, v in pairs(props) do f:write(key, "=", v, "\n") end
       f:close()
       local java = rk.java_chain({ { "describe-topic", t }, { "describe-configs", "topic", t }, { "consume", t, 30, 60 },
-        { "create", t2, 2, 1 }, { "produce", t2, 20, "none", "idem" }, { "describe-cluster" } },
+        { "create", t2, 2, 1 }, { "produce", t2, 20, "none", "idem" }, { "describe-cluster" },
+        { "create", t3, 1, 1 }, { "produce", t3, 3, "none", "txn-commit" } },
         { bootstrap = k.bootstrap.PLAINTEXT, timeout = 180 })
       -- topics describe: Java's partitions, leaders, replicas, ISRs and id
       local id = java[1][1]:match("^TOPIC %S+ (%S+) false$")
@@ -514,13 +517,54 @@ if #versions > 0 and not H.lite() then
       assert.equal(3, select(2, dry:gsub("\n", "")))
       code = run({ "groups", "reset", g, "-t", t .. ":0,2", "--to-offset", "2", "--execute" })
       assert.equal(0, code)
-      local offs = rk.java({ "list-group-offsets", g }, { bootstrap = k.bootstrap.PLAINTEXT })
+      -- (the transaction is described here, seconds after its commit: right after it, it may still be PrepareCommit)
+      local j3 = rk.java_chain({ { "list-group-offsets", g }, { "describe-transaction", txid } },
+        { bootstrap = k.bootstrap.PLAINTEXT })
+      local offs = j3[1]
       local want_offs = {}
       for p = 0, 2 do
         local o = (p == 1) and committed[1] or math.min(2, ends[p] or 0)
         if o then want_offs[#want_offs + 1] = ("OFF %s %d %d ~"):format(t, p, o) end
       end
       assert.same(want_offs, offs)
+      -- transactions: Java's transaction as Java's AdminClient describes it
+      local state, pid, epoch, tmo, start, tps =
+        j3[2][1]:match("^TXN %S+ (%S+) (%d+) (%d+) (%d+) (%S+) (%S+)$")
+      assert.equal("CompleteCommit", state)
+      local tp_list = {}
+      for x in tps:gmatch("[^,]+") do if x ~= "-" then tp_list[#tp_list + 1] = x end end
+      code, out, err = run({ "--json", "transactions", "describe", txid })
+      assert.same({ 0, cli.json({ transactional_id = txid, state = state, producer_id = tonumber(pid),
+        producer_epoch = tonumber(epoch), transaction_timeout_ms = tonumber(tmo), transaction_start_time_ms = start == "-" and cli.null or tonumber(start),
+        topic_partitions = tp_list, coordinator = 1 }) .. "\n", "" }, { code, out, err })
+      code, out, err = run({ "--json", "transactions", "list" })
+      assert.same({ 0, "" }, { code, err })
+      assert.truthy(out:find(cli.json({ coordinator = 1, producer_id = tonumber(pid), state = state,
+        transactional_id = txid }), 1, true), out)
+      -- add-partitions, alter-configs, groups delete, topics delete: read back by Java
+      code, out, err = run({ "topics", "add-partitions", t, "--partitions", "4" })
+      assert.same({ 0, ("topic %s now has 4 partitions\n"):format(t), "" }, { code, out, err })
+      code, out, err = run({ "topics", "alter-configs", t, "--set", "cleanup.policy=compact", "--delete", "retention.ms" })
+      assert.same({ 0, ("altered 2 configs of topic %s\n"):format(t), "" }, { code, out, err })
+      code, out, err = run({ "groups", "delete", g })
+      assert.same({ 0, ("deleted group %s\n"):format(g), "" }, { code, out, err })
+      code, out, err = run({ "topics", "delete", t2 })
+      assert.same({ 0, ("deleted topic %s\n"):format(t2), "" }, { code, out, err })
+      java = rk.java_chain({ { "describe-topic", t }, { "describe-configs", "topic", t }, { "list-groups" },
+        { "list-topics" } }, { bootstrap = k.bootstrap.PLAINTEXT, timeout = 120 })
+      assert.equal(5, #java[1])
+      assert.equal("PART 3 1 1 1", java[1][5])
+      local sources = {}
+      for _, l in ipairs(java[2]) do
+        local name, source, value = l:match("^CFG (%S+) (%S+) %S+ %S+ %S+ %S+ (.*)$")
+        sources[name] = source .. " " .. value
+      end
+      assert.equal("DYNAMIC_TOPIC_CONFIG compact", sources["cleanup.policy"])
+      assert.falsy(sources["retention.ms"]:find("DYNAMIC_TOPIC_CONFIG", 1, true))
+      assert.falsy(table.concat(java[3], "\n"):find(g, 1, true))
+      local listed = table.concat(java[4], "\n")
+      assert.falsy(listed:find(t2, 1, true))
+      assert.truthy(listed:find(t, 1, true))
     end)
   end)
 end
