@@ -535,7 +535,8 @@ if #versions > 0 and not H.lite() then
       for x in tps:gmatch("[^,]+") do if x ~= "-" then tp_list[#tp_list + 1] = x end end
       code, out, err = run({ "--json", "transactions", "describe", txid })
       assert.same({ 0, cli.json({ transactional_id = txid, state = state, producer_id = tonumber(pid),
-        producer_epoch = tonumber(epoch), transaction_timeout_ms = tonumber(tmo), transaction_start_time_ms = start == "-" and cli.null or tonumber(start),
+        producer_epoch = tonumber(epoch), transaction_timeout_ms = tonumber(tmo),
+        transaction_start_time_ms = start == "-" and cli.null or tonumber(start),
         topic_partitions = tp_list, coordinator = 1 }) .. "\n", "" }, { code, out, err })
       code, out, err = run({ "--json", "transactions", "list" })
       assert.same({ 0, "" }, { code, err })
