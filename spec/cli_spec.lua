@@ -75,6 +75,25 @@ describe("lua-kafka on kafka.mock", function()
       { code, out, err })
   end)
 
+  it("produce: a message not delivered is a line on stderr naming its line, exit 2; the others delivered", function()
+    local errors = require("kafka.proto").errors
+    cluster:fail(require("kafka.proto").api.Produce, errors.TOPIC_AUTHORIZATION_FAILED, 1)
+    local code, out, err = run({ "produce", "-t", "one" }, "a\nb\n")
+    assert.same({ 2, "", "lua-kafka: produce: line 1: one/0: TOPIC_AUTHORIZATION_FAILED (topic authorization failed)\n"
+      .. "lua-kafka: produce: line 2: one/0: TOPIC_AUTHORIZATION_FAILED (topic authorization failed)\n" }, { code, out, err })
+    code, out, err = run({ "produce", "-t", "one" }, "c\n")
+    assert.same({ 0, "", "" }, { code, out, err })
+    assert.same({ "c" }, { cluster:records("one", 0)[1].value, cluster:records("one", 0)[2] })
+  end)
+
+  it("a write to stdout that fails ends the command: exit 2, one line", function()
+    local err = writer()
+    local out = { write = function() return nil, "No space left on device" end }
+    local code = cli.main({ "-b", cluster:bootstrap(), "topics", "list" }, { stdout = out, stderr = err,
+      getenv = function() return nil end, client = { socket = cluster:socket_factory() } })
+    assert.same({ 2, "lua-kafka: stdout: No space left on device\n" }, { code, err:text() })
+  end)
+
   it("produce | consume: the round trip exact, keys placed as the producer places them", function()
     local lines = {}
     for i = 1, 50 do lines[i] = "key" .. (i % 7) .. "\t" .. "value " .. i end
@@ -222,6 +241,14 @@ describe("lua-kafka on kafka.mock", function()
     assert.equal(2, code)
     assert.equal("deleted topic new-t\n", out)
     assert.equal("lua-kafka: topic missing-t: UNKNOWN_TOPIC_OR_PARTITION: this broker does not host the topic-partition\n", err)
+    code, out, err = run({ "metadata" })
+    assert.same({ 0, ("Cluster: %s\tController: 1\n\tBroker: 1\tmock:9092\n"):format(tostring(cluster.cluster_id)) ..
+      ("Topic: events\tTopicId: %s\tPartitionCount: 2\tReplicationFactor: 1\n"):format(
+        require("kafka.admin.base").uuid_text(cluster.topics["events"].id)) ..
+      "\tTopic: events\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\n" ..
+      "\tTopic: events\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\n" ..
+      ("Topic: one\tTopicId: %s\tPartitionCount: 1\tReplicationFactor: 1\n"):format(tostring(id)) ..
+      "\tTopic: one\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\n", "" }, { code, out, err })
     code, out, err = run({ "--json", "cluster" })
     assert.same({ 0, ('{"brokers":[{"host":"mock","id":1,"port":9092}],"cluster_id":"%s","controller_id":1}\n')
       :format(tostring(cluster.cluster_id)), "" }, { code, out, err })

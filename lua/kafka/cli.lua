@@ -325,12 +325,18 @@ end
 local Ctx = {}
 Ctx.__index = Ctx
 
+--- Writes to stdout; a failed write (a full disk, a closed pipe) ends the command with exit 2.
+function Ctx:write(...)
+  local ok, err = self.stdout:write(...)
+  if not ok then fail(EXIT.kafka, "stdout: " .. tostring(err)) end
+end
+
 --- Writes a record: a JSON line with --json, else the text line(s) text gives.
 function Ctx:emit(record, text)
   if self.json then
-    self.stdout:write(_M.json(record), "\n")
+    self:write(_M.json(record), "\n")
   elseif text then
-    self.stdout:write(text, "\n")
+    self:write(text, "\n")
   end
 end
 
@@ -341,7 +347,7 @@ function Ctx:table(columns, records)
   if self.json then
     for _, r in ipairs(records) do
       for _, col in ipairs(columns) do if r[col[2]] == nil then r[col[2]] = _M.null end end
-      self.stdout:write(_M.json(r), "\n")
+      self:write(_M.json(r), "\n")
     end
     return
   end
@@ -362,7 +368,7 @@ function Ctx:table(columns, records)
     for c = 1, #columns do
       parts[c] = c == #columns and cells[c] or (cells[c] .. (" "):rep(width[c] - #cells[c]))
     end
-    self.stdout:write(table.concat(parts, " "), "\n")
+    self:write(table.concat(parts, " "), "\n")
   end
   local head = {}
   for c, col in ipairs(columns) do head[c] = col[1] end

@@ -62,10 +62,13 @@ local function produce(ctx, o, pos)
   local sep = o.key_separator
   if sep == "" then C.usage("produce: -k needs a non-empty separator") end
   -- drain(): the reports so far (a flush every FLUSH_EVERY lines bounds what is held)
+  local line_of = {}  -- message id -> its line, until its report
   local function drain()
     for _, r in ipairs((p:flush())) do
+      local n = line_of[r.id]
+      line_of[r.id] = nil
       if r.err then
-        ctx:item_error(("produce: message %d: %s"):format(r.id, tostring(r.err)))
+        ctx:item_error(("produce: line %d: %s"):format(n or -1, tostring(r.err)))
       else
         ctx:emit({ topic = r.topic, partition = r.partition, offset = r.offset })
       end
@@ -80,7 +83,7 @@ local function produce(ctx, o, pos)
     end
     count = count + 1
     local id, err = p:send(o.topic, value, { key = key, partition = partition, headers = headers })
-    if not id then ctx:item_error(("produce: line %d: %s"):format(count, tostring(err))) end
+    if id then line_of[id] = count else ctx:item_error(("produce: line %d: %s"):format(count, tostring(err))) end
     if count % _M.FLUSH_EVERY == 0 then drain() end
   end
   if input ~= ctx.stdin then input:close() end
@@ -265,8 +268,8 @@ local function consume(ctx, o, pos)
     msgs = msgs or {}
     for i, m in ipairs(msgs) do
       last = client.now()
-      if ctx.json then ctx.stdout:write(C.json(message_json(m)), "\n")
-      else ctx.stdout:write(render(parts, m)) end
+      if ctx.json then ctx:write(C.json(message_json(m)), "\n")
+      else ctx:write(render(parts, m)) end
       got = got + 1
       if count and got >= count then
         -- the poll's messages not written: each partition back to its first
