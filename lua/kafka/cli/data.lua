@@ -65,10 +65,10 @@ local function produce(ctx, o, pos)
   local line_of = {}  -- message id -> its line, until its report
   local function drain()
     for _, r in ipairs((p:flush())) do
-      local n = line_of[r.id]
+      local at = line_of[r.id]
       line_of[r.id] = nil
       if r.err then
-        ctx:item_error(("produce: line %d: %s"):format(n or -1, tostring(r.err)))
+        ctx:item_error(("produce: line %d: %s"):format(at or -1, tostring(r.err)))
       else
         ctx:emit({ topic = r.topic, partition = r.partition, offset = r.offset })
       end
