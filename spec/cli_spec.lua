@@ -415,7 +415,11 @@ end)
 local rk = require "support.realkafka"
 local rt = require "support.realtools"
 local versions = rk.versions()
-if #versions > 0 and not H.lite() then
+if #versions > 0 and H.lite() then
+  describe("lua-kafka on a real broker", function()
+    pending("runs on the first Lua of make test (SPEC_TIER unset)")
+  end)
+elseif #versions > 0 then
   local version = versions[1]
 
   describe("lua-kafka on Kafka " .. version .. ", read back by Kafka's Java client", function()

@@ -28,7 +28,7 @@ _M.fail = fail
 function _M.usage(msg) fail(EXIT.usage, msg) end
 function _M.kafka(msg) fail(EXIT.kafka, msg) end
 
----------------------------------------------------------------- JSON
+-- JSON ---------------------------------------------------------
 
 local ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f", ["\n"] = "\\n", ["\r"] = "\\r",
   ["\t"] = "\\t" }
@@ -110,7 +110,7 @@ function _M.json(v)
 end
 _M.null = setmetatable({}, { __tostring = function() return "null" end })
 
----------------------------------------------------------------- client options (-X, -F)
+-- client options (-X, -F) --------------------------------------
 
 -- every declared option by its name, and by the Kafka name it mirrors:
 -- name -> {declarations}
@@ -169,6 +169,8 @@ end
 -- unknown key or a bad value.
 -- @tparam table conf `{client = {}, producer = {}, consumer = {}}`
 -- @tparam string where "-X" or the file and line
+-- @tparam string key the option's name
+-- @tparam string value its text
 function _M.set_option(conf, where, key, value)
   if key == "sasl.jaas.config" or key == "sasl_jaas_config" then return jaas(where, conf, value) end
   -- Java's PEM trust store is a CA file; JKS and PKCS12 stores are not read
@@ -233,7 +235,7 @@ function _M.parse_properties(text)
   return out
 end
 
----------------------------------------------------------------- argument parsing
+-- argument parsing ---------------------------------------------
 
 -- The global options, valid before or after the subcommand.
 local GLOBAL = {
@@ -320,7 +322,7 @@ function _M.int(name, s, min, max)
   return math.floor(n)
 end
 
----------------------------------------------------------------- output
+-- output -------------------------------------------------------
 
 local Ctx = {}
 Ctx.__index = Ctx
@@ -413,7 +415,7 @@ function Ctx.check(_, what, v, err, ...)
   return v, err, ...
 end
 
----------------------------------------------------------------- main
+-- main ---------------------------------------------------------
 
 local COMMANDS, ORDER = {}, {}
 local function register(mod)
