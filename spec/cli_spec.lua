@@ -307,8 +307,12 @@ describe("lua-kafka on kafka.mock", function()
       if code ~= 0 then assert.are.equal(1, select(2, err:gsub("\n", "\n")), what .. ": one line") end
       if code ~= 0 then assert.are.equal("", out, what) end
     end
+    -- a broker that is not there: exit 2 at once (the topic's metadata is asked once)
+    local code, out, err = run_on(nil, { "consume", "-t", "x" })
+    assert.same({ 2, "", "lua-kafka: consume: topic x: no broker reachable: connect to 127.0.0.1:1 failed: connection refused; "
+      .. "next attempt in 100 ms\n" }, { code, out, err })
     -- no brokers anywhere
-    local out, err = writer(), writer()
+    out, err = writer(), writer()
     assert.equal(1, cli.main({ "topics", "list" }, { stdout = out, stderr = err, getenv = function() return nil end }))
     assert.equal("lua-kafka: no brokers: give -b host:port (or bootstrap.servers in -F, or $KAFKA_BROKERS)\n", err:text())
   end)
