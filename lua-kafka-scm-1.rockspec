@@ -67,6 +67,9 @@ build = {
     ["kafka.admin.groups"] = "lua/kafka/admin/groups.lua",
     ["kafka.admin.records"] = "lua/kafka/admin/records.lua",
     ["kafka.admin.transactions"] = "lua/kafka/admin/transactions.lua",
+    ["kafka.cli"] = "lua/kafka/cli.lua",
+    ["kafka.cli.data"] = "lua/kafka/cli/data.lua",
+    ["kafka.cli.admin"] = "lua/kafka/cli/admin.lua",
     ["kafka.mock"] = "lua/kafka/mock.lua",
     ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
     ["kafka.mock.group"] = "lua/kafka/mock/group.lua",
@@ -75,7 +78,7 @@ build = {
     ["kafka.mock.transport"] = "lua/kafka/mock/transport.lua",
   },
   install = {
-    bin = { ["kafka-mock"] = "bin/kafka-mock" },
+    bin = { ["kafka-mock"] = "bin/kafka-mock", ["lua-kafka"] = "bin/lua-kafka" },
   },
 }
 test = {

@@ -1040,4 +1040,25 @@ return {
     replace = [[  if false then]],
     spec = "spec/rebootstrap_spec.lua", filter = "does not start over", timeout = 300,
     promise = "metadata_recovery_strategy = none keeps the client off the bootstrap brokers once it has metadata" },
+  -- issue 32 item 2: the lua-kafka command (spec/cli_spec.lua, its mock part) ---
+  { name = "cli-reset-executes-by-default", file = "lua/kafka/cli/admin.lua",
+    find = [[  if o.execute then
+    local list = {}]], replace = [[  if not o.dry_run then
+    local list = {}]],
+    spec = "spec/cli_spec.lua", filter = "groups reset", env = { KAFKA_VERSIONS = "none" },
+    promise = "groups reset commits nothing unless --execute (a dry run by default)" },
+  { name = "cli-group-commits-unwritten", file = "lua/kafka/cli/data.lua",
+    find = [[if not back[k] then back[k] = true; c:seek(x.topic, x.partition, x.offset) end]],
+    replace = [[if not back[k] then back[k] = true end]],
+    spec = "spec/cli_spec.lua", filter = "a group member commits what it wrote", env = { KAFKA_VERSIONS = "none" },
+    promise = "consume -g -c N: the group commits exactly the messages written, not the rest of the last poll" },
+  { name = "cli-json-raw-bytes", file = "lua/kafka/cli.lua",
+    find = [[      local len = utf8_len(s, i)]], replace = [[      local len = utf8_len(s, i) or 1]],
+    spec = "spec/cli_spec.lua", filter = "JSON", env = { KAFKA_VERSIONS = "none" },
+    promise = "--json lines are valid JSON whatever the bytes: a byte outside UTF-8 is written as \\u00XX" },
+  { name = "cli-dotted-names", file = "lua/kafka/cli.lua",
+    find = [==[BY_KAFKA[key] or BY_NAME[key] or BY_NAME[(key:gsub("%.", "_"))]]==],
+    replace = [==[BY_KAFKA[key] or BY_NAME[key]]==],
+    spec = "spec/cli_spec.lua", filter = "%-X and %-F names", env = { KAFKA_VERSIONS = "none" },
+    promise = "-X and -F take an option's name with its dots as underscores (api.versions)" },
 }
