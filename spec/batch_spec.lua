@@ -132,6 +132,19 @@ describe("consumer:poll_batch (kafka.mock)", function()
     b:close()
   end)
 
+  it("keeps max_poll_records over partitions: what is fetched past it waits for the next calls", function()
+    local c = consumer { max_poll_records = 7 }
+    local n = 0
+    for _ = 1, 6 do
+      local got = 0
+      for _, b in ipairs(assert(c:poll_batch(10))) do got = got + b.count end
+      assert.equal(7, got)
+      n = n + got
+    end
+    assert.equal(n, c:position("t", 0) + c:position("t", 1))
+    c:close()
+  end)
+
   it("keeps max_poll_records: the rest of a fetched batch waits for the next call", function()
     local c = consumer { max_poll_records = 7 }
     assert(c:pause { { topic = "t", partition = 1 } })
