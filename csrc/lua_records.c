@@ -601,8 +601,8 @@ static int r_problem(void *u, int code, const char *msg) {
     c->stopped = 1;
     if (c->batch_left > 0) {
       while (c->nmsg > c->batch_nmsg) {
-        int k;
         if (c->cols) {
+          int k;
           for (k = 0; k < NCOLS; k++) {
             lua_pushnil(c->L);
             lua_rawseti(c->L, c->cols + k, c->nmsg);
