@@ -18,9 +18,9 @@ local decode_headers = proto.decode_headers
 local error, setmetatable, tostring, ipairs = error, setmetatable, tostring, ipairs
 
 local _M = {}
-local methods = {}
-_M.methods = methods
-local mt = { __index = methods }
+local batch = {}
+_M.methods = batch
+local mt = { __index = batch }
 
 -- A new empty batch of a partition (the decoder fills its columns).
 function _M.new(topic, partition, high_watermark)
@@ -51,7 +51,7 @@ end
 --- The i-th record's offset.
 -- @tparam integer i 1..count
 -- @treturn integer
-function methods:offset(i)
+function batch:offset(i)
   local o = self.offsets[i]
   if o == nil then bad_index(self, "offset", i) end
   return o
@@ -60,7 +60,7 @@ end
 --- The i-th record's timestamp (ms).
 -- @tparam integer i 1..count
 -- @treturn integer
-function methods:timestamp(i)
+function batch:timestamp(i)
   local t = self.timestamps[i]
   if t == nil then bad_index(self, "timestamp", i) end
   return t
@@ -69,7 +69,7 @@ end
 --- The i-th record's key.
 -- @tparam integer i 1..count
 -- @treturn ?string nil when the key is null
-function methods:key(i)
+function batch:key(i)
   local k = self.keys[i]
   if k == nil and self.offsets[i] == nil then bad_index(self, "key", i) end
   return k
@@ -78,7 +78,7 @@ end
 --- The i-th record's value.
 -- @tparam integer i 1..count
 -- @treturn ?string nil when the value is null (a tombstone)
-function methods:value(i)
+function batch:value(i)
   local v = self.values[i]
   if v == nil and self.offsets[i] == nil then bad_index(self, "value", i) end
   return v
@@ -87,7 +87,7 @@ end
 --- The i-th record's headers, decoded at each call (as poll's `headers`).
 -- @tparam integer i 1..count
 -- @treturn ?table `{{key=, value=}...}` (value nil when null), nil when the record has none
-function methods:headers(i)
+function batch:headers(i)
   local raw = self.raw_headers[i]
   if raw == nil then
     if self.offsets[i] == nil then bad_index(self, "headers", i) end
