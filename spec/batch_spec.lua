@@ -214,6 +214,37 @@ describe("consumer:poll_batch (kafka.mock)", function()
     assert.equal(5, c:position("bad", 0))
     c:close()
   end)
+
+  it("a batch that breaks after some of its records (CRC checks off): none of it delivered, the position at its start",
+    function()
+      cluster:create_topic("torn", 1)
+      local p = kafka.producer.new(client, { linger_ms = 1e9 })
+      for i = 1, 5 do assert(p:send("torn", "a" .. i)) end
+      assert.equal(0, select(2, p:flush())) -- batch 0-4
+      for i = 1, 5 do assert(p:send("torn", "b" .. i)) end
+      assert.equal(0, select(2, p:flush())) -- batch 5-9
+      -- the last record's header count (its last byte, 0) becomes 1: records
+      -- 5-8 decode, record 9 does not
+      local e = cluster.topics.torn.partitions[0].log.entries[2]
+      assert.equal(0, e.bytes:byte(#e.bytes))
+      e.bytes = e.bytes:sub(1, -2) .. "\2"
+      local c = kafka.consumer.new(client, { fetch_max_wait_ms = 0, check_crcs = false })
+      assert(c:assign { { topic = "torn", partition = 0, offset = 0 } })
+      local bs = assert(c:poll_batch(10))
+      assert.equal(1, #bs)
+      local b = bs[1]
+      assert.equal(5, b.count)
+      assert.same({ 0, 1, 2, 3, 4 }, b.offsets)
+      assert.same({ "a1", "a2", "a3", "a4", "a5" }, b.values)
+      assert.equal(5, #b.timestamps)
+      assert.equal("corrupt", bs.errors[1].code)
+      assert.equal(5, c:position("torn", 0))
+      local again, _, code = c:poll_batch(10)
+      assert.is_nil(again)
+      assert.equal("corrupt", code)
+      assert.equal(5, c:position("torn", 0))
+      c:close()
+    end)
 end)
 
 describe("read_committed over columns", function()
