@@ -945,6 +945,7 @@ static int l_decode_headers(lua_State *L) {
   const uint8_t *k, *v;
   size_t kl, vl;
   int i = 0;
+  size_t at = 0; /* where the header being read starts */
   kf_r_init(&hr, p, n);
   lua_newtable(L);
   while (kf_headers_next(&hr, &k, &kl, &v, &vl)) {
@@ -956,10 +957,11 @@ static int l_decode_headers(lua_State *L) {
       lua_setfield(L, -2, "value");
     }
     lua_rawseti(L, -2, ++i);
+    at = hr.pos;
   }
   if (hr.err || kf_r_left(&hr) != 0) {
     lua_pushnil(L);
-    lua_pushfstring(L, "corrupt record headers: header %d at byte %d", i + 1, (int)hr.pos);
+    lua_pushfstring(L, "corrupt record headers: header %d at byte %d", i + 1, (int)at);
     lua_pushliteral(L, "corrupt");
     return 3;
   }

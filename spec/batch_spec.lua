@@ -247,6 +247,33 @@ describe("consumer:poll_batch (kafka.mock)", function()
     end)
 end)
 
+describe("decode_records' columns mode and decode_headers (the codec under poll_batch)", function()
+  local proto = kafka.proto
+  it("appends at count + 1, headers raw until decode_headers; bad header bytes are nil, message, \"corrupt\"", function()
+    local bytes = proto.encode_records({ { key = "k", value = "v", timestamp = 5, headers = { { key = "h", value = "x" },
+      { key = "n" } } }, { value = "w", timestamp = 6 } }, { base_offset = 40 })
+    local cols = { count = 1, offsets = { 7 }, timestamps = { 1 }, keys = {}, values = { "old" }, raw_headers = {} }
+    local t, info = proto.decode_records(bytes, { columns = cols })
+    assert.equal(cols, t)
+    assert.equal(3, info.count)
+    assert.equal(42, info.next_offset)
+    assert.same({ 7, 40, 41 }, cols.offsets)
+    assert.same({ 1, 5, 6 }, cols.timestamps)
+    assert.same({ nil, "k" }, cols.keys)
+    assert.same({ "old", "v", "w" }, cols.values)
+    assert.is_nil(cols.raw_headers[3])
+    assert.same({ { key = "h", value = "x" }, { key = "n" } }, proto.decode_headers(cols.raw_headers[2]))
+    assert.same({}, proto.decode_headers(""))
+    -- a key length past the end; a null key
+    assert.same({ nil, "corrupt record headers: header 1 at byte 0", "corrupt" }, { proto.decode_headers("\20ab") })
+    assert.same({ nil, "corrupt record headers: header 2 at byte 4", "corrupt" },
+      { proto.decode_headers("\2h\2x\1\1") })
+    assert.has_error(function() proto.decode_records(bytes, { columns = { count = 0, keys = "no" } }) end,
+      "decode_records: columns.keys must be a table")
+    assert.has_error(function() proto.decode_records(bytes, { columns = 1 }) end)
+  end)
+end)
+
 describe("read_committed over columns", function()
   local read_committed = require "kafka.read_committed"
   it("drops an aborted transaction's records from every column, sparse keys and values moved with them", function()
