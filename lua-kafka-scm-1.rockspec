@@ -45,6 +45,7 @@ build = {
     ["kafka.socket"] = "lua/kafka/socket.lua",
     ["kafka.sasl"] = "lua/kafka/sasl.lua",
     ["kafka.read_committed"] = "lua/kafka/read_committed.lua",
+    ["kafka.consumer_batch"] = "lua/kafka/consumer_batch.lua",
     ["kafka.txn"] = "lua/kafka/txn.lua",
     ["kafka.fetcher"] = "lua/kafka/fetcher.lua",
     ["kafka.offsets"] = "lua/kafka/offsets.lua",

@@ -116,5 +116,34 @@ for _, size in ipairs({ 100, 1024 }) do
     end
     check_columns(proto.decode_columns(recs), vals, "decode_columns " .. codec)
     emit("decode_columns", size, codec, median(function() return proto.decode_columns(recs) end))
+    if codec == "none" then
+      -- what a consumer's poll and poll_batch decode a fetched partition
+      -- with (kafka.fetcher): the same records and options, into a message
+      -- table each (topic, partition, high_watermark set in every one) or
+      -- into poll_batch's columns (headers left raw)
+      local set = { topic = "t", partition = 0, high_watermark = N }
+      local ropts = { set = set, skip_control = true, batches = false, stop_at_error = true, min_offset = 0 }
+      local copts = { skip_control = true, batches = false, stop_at_error = true, min_offset = 0 }
+      local function rows()
+        ropts.into = proto.new_array(N)
+        local out = proto.decode_records(recs, ropts)
+        ropts.into = nil
+        return out
+      end
+      local function columns()
+        copts.columns = { count = 0 }
+        local out = proto.decode_records(recs, copts)
+        copts.columns = nil
+        return out
+      end
+      check_rows(rows(), vals, "decode_poll_rows")
+      local c = columns()
+      assert(c.count == N, "decode_poll_columns: wrong record count")
+      for i = 1, N do
+        assert(c.offsets[i] == i - 1 and c.values[i] == vals[i] and c.timestamps[i] == TS, "decode_poll_columns: wrong")
+      end
+      emit("decode_poll_rows", size, codec, median(rows))
+      emit("decode_poll_columns", size, codec, median(columns))
+    end
   end
 end

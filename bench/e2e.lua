@@ -7,6 +7,8 @@
 -- messages (begin, sends, commit_transaction), read back read_committed.
 -- MODE "sasl_ssl" CA_PEM USER PASSWORD: the producer's default over SASL_SSL
 -- with SCRAM-SHA-512 (docs/security.md), ops named produce_sasl_ssl / consume_sasl_ssl.
+-- Without MODE the same topic is then read again with consumer:poll_batch
+-- (op consume_batch: the same data in the same run, beside poll's consume).
 -- BENCH_GC=incremental|generational: Lua 5.4's collector mode for the run
 -- (the lua5.4 interpreter starts in generational mode; docs/development.md: Benchmarks)
 if os.getenv("BENCH_GC") and os.getenv("BENCH_GC") ~= "" then collectgarbage(os.getenv("BENCH_GC")) end
@@ -96,6 +98,20 @@ for r = 0, runs do -- run 0 is the warm-up
   if r > 0 then print(("consume%s\t%d\t%s\t%.0f"):format(suffix, size, codec, got / (t1 - t0))) end
   io.stdout:flush()
   assert(got == n, ("consumed %d of %d"):format(got, n))
+  if not mode then
+    -- the same records again through poll_batch (columns, no table per message)
+    if r > 0 then socket.sleep((FETCH_WAIT_MS + 50) / 1000) end
+    t0 = socket.gettime()
+    assert(c:assign(parts))
+    got = 0
+    while got < n and socket.gettime() - t0 < 30 do
+      for _, b in ipairs(assert(c:poll_batch(100))) do got = got + b.count end
+    end
+    t1 = socket.gettime()
+    if r > 0 then print(("consume_batch\t%d\t%s\t%.0f"):format(size, codec, got / (t1 - t0))) end
+    io.stdout:flush()
+    assert(got == n, ("consumed %d of %d with poll_batch"):format(got, n))
+  end
 end
 c:close()
 client:close()

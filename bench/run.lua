@@ -494,6 +494,10 @@ for _, size in ipairs({ 100, 1024 }) do
     row("decode_tables", size, codec, "kp", nil, nil, "decode Fetch into tables")
   end
   row("decode_columns", size, "none", "kp", "decode_tables", "decode_tables", "decode records (decode_columns)")
+  row("decode_poll_rows", size, "none", "kp", "decode_tables", "decode_tables",
+    "decode a fetched partition as poll does (a message table each)")
+  row("decode_poll_columns", size, "none", "kp", "decode_tables", "decode_tables",
+    "decode a fetched partition as poll_batch does (columns)")
   for _, a in ipairs({ { "alloc_floor", "for scale beside decoding into tables: the messages alone, made in Lua,"
     .. " nothing decoded (a table of offset, timestamp, value and a fresh value string each)" }, { "alloc_floor_consumer", "the same with a"
     .. " consumer's 6 fields (topic, partition, high_watermark beside them)" } }) do
@@ -505,11 +509,14 @@ end
 local e2e, e2e_mem, e2e_gc = {}, {}, {}
 for _, case in ipairs(MOCK_CASES) do
   for _, codec in ipairs(MOCK_CODECS) do
-    for _, op in ipairs({ "produce", "consume" }) do
+    for _, op in ipairs({ "produce", "consume", "consume_batch" }) do
       local r = results[("%s %d %s"):format(op, case.size, codec)] or {}
+      -- poll_batch's row beside librdkafka's consume (the same data)
+      local rd = (results[("%s %d %s"):format(op == "consume_batch" and "consume" or op, case.size, codec)] or {}).rdkafka
       e2e[#e2e + 1] = ("| %s %d x %d B %s | %s msg/s, %.0f MB/s | %s msg/s | %s msg/s, %.0f MB/s | %s | %s |"):format(
-        op, case.n, case.size, codec, M(r.lua54), (r.lua54 or 0) * case.size / 1e6, M(r.luajit), M(r.rdkafka),
-        (r.rdkafka or 0) * case.size / 1e6, ratio(r.lua54, r.rdkafka), ratio(r.luajit, r.rdkafka))
+        op == "consume_batch" and "consume (poll_batch)" or op, case.n, case.size, codec, M(r.lua54),
+        (r.lua54 or 0) * case.size / 1e6, M(r.luajit), M(rd), (rd or 0) * case.size / 1e6, ratio(r.lua54, rd),
+        ratio(r.luajit, rd))
     end
     if gc_case(codec) then
       for _, op in ipairs({ "produce", "consume" }) do
@@ -529,12 +536,14 @@ local real = {}
 if REAL then
   for _, case in ipairs(REAL_CASES) do
     for _, codec in ipairs(REAL_CODECS) do
-      for _, op in ipairs({ "produce", "consume" }) do
+      for _, op in ipairs({ "produce", "consume", "consume_batch" }) do
         local r = results[op .. " " .. case.size .. " " .. codec] or {}
+        -- poll_batch's row beside Java's consume (the same data)
+        local jv = (results[(op == "consume_batch" and "consume" or op) .. " " .. case.size .. " " .. codec] or {}).real_java
         real[#real + 1] = ("| %s %d x %d B %s (acks=all) | %s msg/s, %.0f MB/s | %s msg/s | %s msg/s, %.0f MB/s | %s | %s |")
-          :format(op, case.n, case.size, codec, M(r.real_lua54), (r.real_lua54 or 0) * case.size / 1e6, M(r.real_luajit),
-            M(r.real_java), (r.real_java or 0) * case.size / 1e6, ratio(r.real_lua54, r.real_java),
-            ratio(r.real_luajit, r.real_java))
+          :format(op == "consume_batch" and "consume (poll_batch)" or op, case.n, case.size, codec, M(r.real_lua54),
+            (r.real_lua54 or 0) * case.size / 1e6, M(r.real_luajit), M(jv), (jv or 0) * case.size / 1e6,
+            ratio(r.real_lua54, jv), ratio(r.real_luajit, jv))
       end
     end
   end

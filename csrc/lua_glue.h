@@ -58,6 +58,7 @@ int kfl_codec(lua_State *L, int idx);
 typedef struct kfl_rec_extra {
   int into;            /* stack index of a table to append to, or 0 */
   int set;             /* stack index of a table of fields to copy, or 0 */
+  int columns;         /* stack index of a columns table to append to (see decode_records), or 0 */
   int skip_control;
   int batches;         /* build the batches array */
   int64_t min_offset;

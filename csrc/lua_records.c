@@ -423,7 +423,15 @@ typedef struct lrec {
   int64_t batch_next;  /* next before the latest v2 batch */
   int32_t batch_left;  /* records of the latest v2 batch still to come */
   int64_t max, taken;  /* max_records (0: none), messages taken */
+  int cols;            /* columns mode: stack index of the first of the NCOLS arrays (0: rows) */
 } lrec;
+
+/* Columns mode (decode_records' columns option): one array per field, in
+ * this order, appended at the table's count + 1; headers stay raw bytes
+ * (proto.decode_headers) so a record's headers cost one string, and
+ * nothing until asked for. */
+#define NCOLS 5
+static const char *const col_names[NCOLS] = {"offsets", "timestamps", "keys", "values", "raw_headers"};
 
 static int r_batch(void *u, const kf_batch_info *b) {
   lrec *c = (lrec *)u;
@@ -511,6 +519,28 @@ static int r_record(void *u, const kf_record *r) {
   if (r->magic == 2 && c->batch_left > 0) c->batch_left--;
   if (r->offset >= c->next) c->next = kf_add64(r->offset, 1);
   if (r->offset < c->min_offset || (c->skip_control && r->control)) return 0;
+  if (c->cols) {
+    int i;
+    if (r->control) return 0; /* columns never hold control records */
+    i = ++c->nmsg;
+    kf_pushi64(L, r->offset);
+    lua_rawseti(L, c->cols, i);
+    kf_pushi64(L, r->timestamp);
+    lua_rawseti(L, c->cols + 1, i);
+    if (r->key) {
+      lua_pushlstring(L, (const char *)r->key, r->key_len);
+      lua_rawseti(L, c->cols + 2, i);
+    }
+    if (r->value) {
+      lua_pushlstring(L, (const char *)r->value, r->value_len);
+      lua_rawseti(L, c->cols + 3, i);
+    }
+    if (r->nheaders) {
+      lua_pushlstring(L, (const char *)r->headers, r->headers_len);
+      lua_rawseti(L, c->cols + 4, i);
+    }
+    goto taken;
+  }
   /* the exact field count: a hash part one size too big doubles the table */
   lua_createtable(L, 0, 2 + (r->key != NULL) + (r->value != NULL) + (r->nheaders > 0) + (r->crc >= 0) +
                             r->control + c->nset);
@@ -551,6 +581,7 @@ static int r_record(void *u, const kf_record *r) {
     lua_rawset(L, -3);
   }
   lua_rawseti(L, c->msgs, ++c->nmsg);
+taken:
   if (c->max && ++c->taken >= c->max) {
     /* inside a v2 batch the position is this record's: the batch goes on in the rest */
     if (r->magic == 2 && c->batch_left > 0) c->next = kf_add64(r->offset, 1);
@@ -570,8 +601,17 @@ static int r_problem(void *u, int code, const char *msg) {
     c->stopped = 1;
     if (c->batch_left > 0) {
       while (c->nmsg > c->batch_nmsg) {
-        lua_pushnil(c->L);
-        lua_rawseti(c->L, c->msgs, c->nmsg--);
+        if (c->cols) {
+          int k;
+          for (k = 0; k < NCOLS; k++) {
+            lua_pushnil(c->L);
+            lua_rawseti(c->L, c->cols + k, c->nmsg);
+          }
+        } else {
+          lua_pushnil(c->L);
+          lua_rawseti(c->L, c->msgs, c->nmsg);
+        }
+        c->nmsg--;
       }
       c->next = c->batch_next;
     }
@@ -591,8 +631,9 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   kf_rec_visitor v;
   kf_rec_result res;
   int base = lua_gettop(L);
-  luaL_checkstack(L, 3 + 2 * 16 + K_COUNT + 8, "records");
-  if (x && x->into) lua_pushvalue(L, x->into);
+  luaL_checkstack(L, 3 + 2 * 16 + K_COUNT + NCOLS + 8, "records");
+  if (x && x->columns) lua_pushvalue(L, x->columns);
+  else if (x && x->into) lua_pushvalue(L, x->into);
   else lua_newtable(L);
   lua_newtable(L);
   lua_newtable(L);
@@ -601,6 +642,15 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   c.batches = base + 2;
   c.errors = base + 3;
   c.nmsg = (int)lua_rawlen(L, base + 1);
+  c.cols = 0;
+  if (x && x->columns) {
+    lua_Integer have;
+    lua_getfield(L, base + 1, "count");
+    have = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    if (have < 0 || have > INT32_MAX) luaL_error(L, "decode_records: columns.count must be a count");
+    c.nmsg = (int)have;
+  }
   c.nbatch = c.nerr = 0;
   c.want_batches = x ? x->batches : 1;
   c.skip_control = x ? x->skip_control : 0;
@@ -630,6 +680,21 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   {
     int k;
     for (k = 0; k < K_COUNT; k++) lua_pushstring(L, rec_keys[k]);
+  }
+  if (x && x->columns) {
+    int k;
+    c.cols = lua_gettop(L) + 1;
+    for (k = 0; k < NCOLS; k++) {
+      lua_getfield(L, base + 1, col_names[k]);
+      if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, base + 1, col_names[k]);
+      } else if (!lua_istable(L, -1)) {
+        luaL_error(L, "decode_records: columns.%s must be a table", col_names[k]);
+      }
+    }
   }
   v.ud = &c;
   v.batch = r_batch;
@@ -667,6 +732,10 @@ int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts
   if (res.partial) {
     lua_pushboolean(L, 1);
     lua_setfield(L, base + 1, "partial");
+  }
+  if (c.cols) {
+    lua_pushinteger(L, c.nmsg);
+    lua_setfield(L, base + 1, "count");
   }
   lua_settop(L, base + 1);
   if (next) *next = c.next;
@@ -742,7 +811,10 @@ static int l_rest_len(lua_State *L) {
  * message), min_offset (leave out records below it), skip_control (leave
  * out control records), batches = false (no batches array), stop_at_error
  * (the messages end before the first problem; next_offset is then where
- * it starts). */
+ * it starts), columns (a table: the records are appended to its arrays
+ * offsets, timestamps, keys, values and raw_headers from its count + 1,
+ * and count is updated; control records are left out; the table is the
+ * first result). */
 static int l_decode_records(lua_State *L) {
   size_t n;
   const uint8_t *p;
@@ -775,6 +847,11 @@ static int l_decode_records(lua_State *L) {
     if (!lua_isnil(L, -1)) {
       luaL_argcheck(L, lua_istable(L, -1), 2, "'into' must be a table");
       x.into = lua_gettop(L);
+    }
+    lua_getfield(L, 2, "columns");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_istable(L, -1), 2, "'columns' must be a table");
+      x.columns = lua_gettop(L);
     }
     lua_getfield(L, 2, "set");
     if (!lua_isnil(L, -1)) {
@@ -839,14 +916,15 @@ static int l_decode_records(lua_State *L) {
   lua_pushboolean(L, lua_toboolean(L, -1));
   lua_setfield(L, -3, "partial");
   lua_pop(L, 1);
-  lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -2));
+  if (x.columns) lua_getfield(L, -2, "count");
+  else lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -2));
   lua_setfield(L, -2, "count");
   if (next) {
     kf_pushi64(L, next);
     lua_setfield(L, -2, "next_offset");
   }
-  if (x.into) {
-    /* the messages were appended to 'into': their fields stay out of it */
+  if (x.into || x.columns) {
+    /* the messages were appended to 'into' (or 'columns'): their fields stay out of it */
     lua_pushnil(L);
     lua_setfield(L, -3, "batches");
     lua_pushnil(L);
@@ -855,6 +933,39 @@ static int l_decode_records(lua_State *L) {
     lua_setfield(L, -3, "partial");
   }
   return kfl_box_done(bx, 2);
+}
+
+/* decode_headers(raw) -> {{key=, value=}...} | nil, message, "corrupt":
+ * a record's raw header bytes (decode_records' columns mode keeps them so)
+ * as push_headers gives them. Checked again: raw may come from anywhere. */
+static int l_decode_headers(lua_State *L) {
+  size_t n;
+  const uint8_t *p = kfl_checkbytes(L, 1, &n);
+  kf_reader hr;
+  const uint8_t *k, *v;
+  size_t kl, vl;
+  int i = 0;
+  size_t at = 0; /* where the header being read starts */
+  kf_r_init(&hr, p, n);
+  lua_newtable(L);
+  while (kf_headers_next(&hr, &k, &kl, &v, &vl)) {
+    lua_createtable(L, 0, 2);
+    lua_pushlstring(L, (const char *)k, kl);
+    lua_setfield(L, -2, "key");
+    if (v) {
+      lua_pushlstring(L, (const char *)v, vl);
+      lua_setfield(L, -2, "value");
+    }
+    lua_rawseti(L, -2, ++i);
+    at = hr.pos;
+  }
+  if (hr.err || kf_r_left(&hr) != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "corrupt record headers: header %d at byte %d", i + 1, (int)at);
+    lua_pushliteral(L, "corrupt");
+    return 3;
+  }
+  return 1;
 }
 
 /* records_end(bytes) -> next_offset, batches | nil, message, code: where
@@ -991,6 +1102,7 @@ static const luaL_Reg records_funcs[] = {
   {"decode_records", l_decode_records},
   {"decode_columns", l_decode_columns},
   {"records_end", l_records_end},
+  {"decode_headers", l_decode_headers},
   {"records_cut", l_records_cut},
   {"batch", l_batch},
   {NULL, NULL}

@@ -589,10 +589,36 @@ end
 -- for _, m in ipairs(msgs or {}) do print(m.offset, m.value) end
 function _M:poll(timeout_ms)
   timeout_ms = check.int("poll", "timeout_ms", timeout_ms, self.fetch_max_wait_ms, 0)
+  return self:_poll(timeout_ms, proto.new_array(math.min(self.fetcher.max_poll_records, 65536)))
+end
+
+--- Fetches as poll does (the same group work, errors, positions and
+-- max_poll_records), returning the records as one batch per partition:
+-- columns instead of a table per message (kafka.consumer_batch). The
+-- positions move exactly as if poll had returned the same records, so
+-- poll and poll_batch may be mixed.
+-- @tparam[opt] integer timeout_ms a deadline over the whole call (default fetch_max_wait_ms)
+-- @treturn table batches `{topic=, partition=, count=, high_watermark=, offsets=, timestamps=,
+-- keys=, values=}...` with `b:offset(i)`, `b:key(i)`, `b:value(i)`, `b:timestamp(i)`,
+-- `b:headers(i)` (i = 1..count), and `errors`, `callback_errors` as poll's; or nil, err,
+-- code, kafka_code, errors
+-- @usage for _, b in ipairs(c:poll_batch(1000) or {}) do
+--   for i = 1, b.count do print(b.topic, b.partition, b:offset(i), b:value(i)) end
+-- end
+function _M:poll_batch(timeout_ms)
+  timeout_ms = check.int("poll_batch", "timeout_ms", timeout_ms, self.fetch_max_wait_ms, 0)
+  local out, err, code, kcode, errs = self:_poll(timeout_ms, fetcher_mod.batches_out())
+  if not out then return nil, err, code, kcode, errs end
+  return fetcher_mod.finish(out)
+end
+
+-- poll and poll_batch: out is where the fetcher puts what it decodes (see
+-- kafka.fetcher's count).
+function _M:_poll(timeout_ms, out)
   local client = self.client
   local now = client.now
   local deadline = now() + timeout_ms
-  local out, errs = proto.new_array(math.min(self.fetcher.max_poll_records, 65536)), {}
+  local errs = {}
   local g = self.group
   if not g then
     if #self.fetcher.parts == 0 then
@@ -618,7 +644,7 @@ function _M:poll(timeout_ms)
       -- (also past the deadline: a poll(0) takes what is buffered or
       -- answered and sends the next Fetches, as the consumer without a group)
       self.fetcher:fetch(deadline, out, errs, g:next_due())
-      if #out > 0 then break end
+      if fetcher_mod.count(out) > 0 then break end
     else
       local t = now()
       if t >= deadline then break end

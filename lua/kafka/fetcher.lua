@@ -17,6 +17,7 @@
 -- in flight: no answer is read while earlier ones are pending.
 local proto = require "kafka.proto"
 local read_committed = require "kafka.read_committed"
+local consumer_batch = require "kafka.consumer_batch"
 
 local errors = proto.errors
 local API = proto.api
@@ -28,6 +29,21 @@ local mt = { __index = _M }
 
 local function pkey(topic, partition) return topic .. "\0" .. partition end
 _M.key = pkey
+
+-- A poll's output: poll's array of messages, or poll_batch's list of
+-- per-partition batches (kafka.consumer_batch) with nmsg, the messages in
+-- them, and by, partition state -> its batch in this poll.
+local function count(out) return out.nmsg or #out end
+_M.count = count
+
+-- batches_out() -> an empty poll_batch output (count() 0)
+function _M.batches_out() return { nmsg = 0, by = {} } end
+
+-- finish(out) -> out without its bookkeeping (poll_batch's result)
+function _M.finish(out)
+  out.nmsg, out.by = nil, nil
+  return out
+end
 
 -- new(client, o): o holds the consumer's validated options
 function _M.new(client, o)
@@ -189,23 +205,49 @@ function _M:_partition_result(st, pr, out, room)
   -- at most room messages (a rest is left in info.rest), unless aborted
   -- transactions are to be dropped: kafka.read_committed reads a fetch's aborted list
   -- against all of its batches at once
-  opts.into, opts.set, opts.min_offset = out, set, st.offset
+  opts.min_offset = st.offset
   opts.max_records = opts ~= self.decode_txn and room or nil
-  local before = #out
+  local b = out.by and out.by[st] -- poll_batch: records go into the partition's columns
+  if out.by and not b then b = consumer_batch.new(st.topic, st.partition, pr.high_watermark) end
+  if b then
+    b.high_watermark = pr.high_watermark
+    opts.columns = b
+  else
+    opts.into, opts.set = out, set
+  end
+  local before = b and b.count or #out
   -- (nil, message, code: the framing is broken)
   local res, info, code = proto.decode_records(raw, opts)
-  opts.into, opts.set = nil, nil
+  opts.into, opts.set, opts.columns = nil, nil, nil
   pr.rest = res and info.rest
   if not res then
     -- the records' framing is broken: nothing in them is delivered
-    for i = #out, before + 1, -1 do out[i] = nil end
+    if b then
+      consumer_batch.truncate(b, before)
+    else
+      for i = #out, before + 1, -1 do out[i] = nil end
+    end
     return nil, ("%s/%d at offset %d: %s"):format(st.topic, st.partition, st.offset, tostring(info)), code or "corrupt"
   end
-  if opts == self.decode_txn then read_committed.drop_aborted(out, before, info.batches, aborted) end -- read_committed
+  if opts == self.decode_txn then -- read_committed
+    if b then
+      read_committed.drop_aborted_columns(b, before, info.batches, aborted)
+    else
+      read_committed.drop_aborted(out, before, info.batches, aborted)
+    end
+  end
+  local added = (b and b.count or #out) - before
+  if b and added > 0 then
+    if not out.by[st] then
+      out.by[st] = b
+      out[#out + 1] = b
+    end
+    out.nmsg = out.nmsg + added
+  end
   local next_pos = info.next_offset
   if next_pos and next_pos > st.offset then
     st.offset = next_pos
-  elseif info.partial and #out == before then
+  elseif info.partial and added == 0 then
     -- the first batch is larger than we asked for (old brokers): ask for more
     st.fetch_bytes = math.min(st.fetch_bytes * 2, self.fetch_max_bytes)
   end
@@ -250,11 +292,12 @@ end
 -- poll once out holds max_poll_records: a poll's messages all stay alive
 -- until the caller drops them, and a big live set makes Lua's GC slow.
 function _M:_settle(st, pr, out, errs, hold)
-  if #out >= self.max_poll_records then
+  local n = count(out)
+  if n >= self.max_poll_records then
     self:_keep(st, pr, hold)
     return
   end
-  local ok, err, code, kcode = self:_partition_result(st, pr, out, self.max_poll_records - #out)
+  local ok, err, code, kcode = self:_partition_result(st, pr, out, self.max_poll_records - n)
   if not ok then add_error(errs, st, err, code, kcode) end
   local rest = pr.rest
   if rest then
@@ -290,7 +333,7 @@ function _M:_drain(out, errs)
   self.pending = nil
   local max = self.max_poll_records
   for i, it in ipairs(pend) do
-    if #out >= max then
+    if count(out) >= max then
       local p = self.pending or {}
       for j = i, #pend do p[#p + 1] = pend[j] end
       self.pending = p
@@ -463,7 +506,7 @@ function _M:_collect(f, deadline, out, errs, skip)
     end
   end
   if piped then self:_send_fetches(self.deadline, errs, skip, f.parts, f.conn.node_id) end
-  local nerr, nout = #errs, #out
+  local nerr, nout = #errs, count(out)
   -- (one hold more while the answer's partitions are settled)
   local hold = { n = 1, frame = frame }
   for i = 1, #got, 2 do
@@ -475,7 +518,7 @@ function _M:_collect(f, deadline, out, errs, skip)
     end
   end
   unhold(hold)
-  if #out == nout and f.wait == 0 then
+  if count(out) == nout and f.wait == 0 then
     -- an empty answer to a Fetch that asked the broker not to wait: do not
     -- ask again at once (the poll would spin on the network)
     for _, st in ipairs(asked) do
@@ -497,7 +540,7 @@ function _M:fetch(deadline, out, errs, wake)
   if self.pending then
     -- answer from what was fetched already; fetch again only when it is used up
     self:_drain(out, errs)
-    if #out > 0 or self.pending then return end
+    if count(out) > 0 or self.pending then return end
   end
   local skip = self.skip or {}
   self.skip = skip
@@ -516,7 +559,7 @@ function _M:fetch(deadline, out, errs, wake)
     -- healthy partitions may still bring messages, and a caller polling in
     -- a loop must not spin)
     local t = now()
-    if #out > 0 or t >= stop then return end
+    if count(out) > 0 or t >= stop then return end
     local f = self.flist[1]
     if not f then
       -- an answer dropped (a seek, a rewind) leaves partitions to fetch now

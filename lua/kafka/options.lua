@@ -293,7 +293,7 @@ local CONSUMER = check.declare("kafka.consumer.new", {
     default = function(_, client) return client.retry_backoff_ms end, default_doc = "the client's",
     doc = "the wait before a failed fetch of a partition is tried again" },
   { name = "max_poll_records", type = "int", default = 500, min = 1, kafka = "max.poll.records",
-    doc = "the most messages one poll returns (the rest of a fetch waits for the next polls)" },
+    doc = "the most messages one poll (or poll_batch, over its batches) returns (the rest of a fetch waits for the next polls)" },
   { name = "enable_auto_commit", type = "bool", default = true, kafka = "enable.auto.commit",
     doc = "commit the positions every auto_commit_interval_ms from poll (asynchronously), and at close" },
   { name = "auto_commit_interval_ms", type = "int", default = 5000, min = 0, kafka = "auto.commit.interval.ms",

@@ -26,6 +26,7 @@ local _M = {
   encode_records = core.encode_records,
   decode_records = core.decode_records,
   decode_columns = core.decode_columns,
+  decode_headers = core.decode_headers,
   records_end = core.records_end,
   records_cut = core.records_cut,
   bytes = core.bytes,
@@ -139,8 +140,12 @@ for _, a in ipairs(core.apis()) do _M.api[a.name] = a.key end
 -- @function decode_records
 -- @param bytes a string, a kafka.bytes or a records rest
 -- @tparam[opt] table opts `check_crc`, `max_decompressed`, `into`, `set`, `min_offset`,
--- `skip_control`, `batches`, `stop_at_error`, `max_records`
--- @treturn table messages `{offset=, timestamp=, key=, value=, headers=...}...`
+-- `skip_control`, `batches`, `stop_at_error`, `max_records`, `columns` (a table: the
+-- records go into its arrays `offsets`, `timestamps`, `keys`, `values` (nil where null) and
+-- `raw_headers` (a record's header bytes, nil without headers: `decode_headers`) from its
+-- `count` + 1 on, `count` is updated, control records are left out; kafka.consumer's poll_batch)
+-- @treturn table messages `{offset=, timestamp=, key=, value=, headers=...}...` (the columns table
+-- with `columns`)
 -- @treturn table info `{batches=, partial=, errors=, count=, next_offset=, rest=}`
 
 --- Decodes record bytes into one array per field instead of a table per message.
@@ -149,6 +154,11 @@ for _, a in ipairs(core.apis()) do _M.api[a.name] = a.key end
 -- @tparam[opt] table opts as decode_records
 -- @treturn table `{n=, offset={}, timestamp={}, key={}, value={}, headers={}}`
 -- @treturn table info
+
+--- A record's raw header bytes (decode_records' `columns` mode) as an array.
+-- @function decode_headers
+-- @param raw a string or a kafka.bytes
+-- @treturn table `{{key=, value=}...}` (value nil when null), or nil, message, "corrupt"
 
 --- One past the highest offset of the complete batches, from the batch
 -- headers alone (no CRC, no records).
