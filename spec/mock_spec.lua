@@ -25,10 +25,10 @@ local function fetch_raw(c, topic, partition, offset, o)
   o = o or {}
   local resp = assert(c:request("Fetch", { replica_id = -1, max_wait_ms = o.max_wait_ms or 0, min_bytes = o.min_bytes or 1,
     max_bytes = o.max_bytes or 52428800, isolation_level = 0, session_id = 0, session_epoch = -1,
-    topics = { { topic = topic, partitions = { { partition = partition, fetch_offset = offset, log_start_offset = -1,
-      partition_max_bytes = o.partition_max_bytes or 1048576, current_leader_epoch = -1 } } } } },
-    { version = o.version }))
-  return resp.responses[1].partitions[1]
+    topics = { { topic = topic, topic_id = o.topic_id, partitions = { { partition = partition, fetch_offset = offset,
+      log_start_offset = -1, partition_max_bytes = o.partition_max_bytes or 1048576, current_leader_epoch = -1 } } } } },
+    { version = o.version or (o.topic_id and 18 or 12) })) -- (v13+ by topic id)
+  return resp.responses[1].partitions[1], resp.responses[1]
 end
 
 describe("kafka.mock in-process", function()
@@ -43,7 +43,7 @@ describe("kafka.mock in-process", function()
     end
     for _ in pairs(c.broker_versions) do n = n - 1 end
     assert.are.equal(0, n)
-    assert.are.same({ 0, 12 }, mock.SUPPORTED[1]) -- Fetch stops before topic ids
+    assert.are.same({ 0, 18 }, mock.SUPPORTED[1]) -- Fetch by topic id from v13
     -- ApiVersions v9: the version bytes of a v3 request patched
     local frame = proto.encode_request("ApiVersions", 3, { correlation_id = 77, client_id = "x" }, {})
     frame = frame:sub(1, 6) .. "\0\9" .. frame:sub(9)
@@ -252,6 +252,28 @@ describe("kafka.mock in-process", function()
     assert.are.equal(6, #cluster:records("t", 0))
     local other = assert(c:request("InitProducerId", { transaction_timeout_ms = 60000, producer_id = -1, producer_epoch = -1 }))
     assert.are.equal(1001, other.producer_id)
+  end)
+
+  it("Fetch v13+ by topic id: a deleted topic's id is UNKNOWN_TOPIC_ID, also once its name has a new topic", function()
+    local cluster = mock.new { brokers = 1, topics = { t = 1 } }
+    local c = conn_to(cluster, 1)
+    produce_raw(c, "t", 0, { "a", "b" })
+    local old = cluster.topics.t.id
+    for _, v in ipairs { 13, 18 } do
+      local fp, tr = fetch_raw(c, "t", 0, 0, { topic_id = old, version = v })
+      assert.are.same({ 0, 2, old }, { fp.error_code, #fp.records, tr.topic_id })
+    end
+    cluster:delete_topic("t")
+    assert.are.equal(E.UNKNOWN_TOPIC_ID, fetch_raw(c, "t", 0, 0, { topic_id = old }).error_code)
+    cluster:create_topic("t", 1)
+    produce_raw(c, "t", 0, { "c" })
+    local new = cluster.topics.t.id
+    assert.are_not.equal(old, new)
+    assert.are.equal(E.UNKNOWN_TOPIC_ID, fetch_raw(c, "t", 0, 0, { topic_id = old }).error_code)
+    local fp = fetch_raw(c, "t", 0, 0, { topic_id = new })
+    assert.are.same({ 0, 1, "c" }, { fp.error_code, #fp.records, fp.records[1].value })
+    -- by name (v12) the new topic answers for the old one
+    assert.are.equal("c", fetch_raw(c, "t", 0, 0).records[1].value)
   end)
 
   it("Fetch: high watermark, log start, OFFSET_OUT_OF_RANGE, partition and response byte limits", function()

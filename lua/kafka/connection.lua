@@ -61,7 +61,7 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
 -- upper bound; the broker's own range still applies). docs/client.md lists them.
 local DEFAULT_CAPS = {
   [API.Produce] = 12,         -- v13+ addresses topics by id
-  [API.Fetch] = 12,           -- v13+ addresses topics by id
+  [API.Fetch] = 18,           -- (v13+ address topics by id: the fetcher sends ids where the metadata has them)
   [API.ListOffsets] = 3,      -- v4+ adds leader epochs, which librdkafka 2.0.2's mock writes as int64
   [API.OffsetCommit] = 9,     -- v10 addresses topics by id
   [API.OffsetFetch] = 7,      -- v8+ batches groups (and v10 addresses topics by id)

@@ -188,6 +188,8 @@ _M.codes = {
   metadata = "a broker id the metadata does not list",
   unknown_topic = "the cluster does not have the topic",
   unknown_partition = "the topic does not have the partition",
+  topic_recreated = "a poll error entry: the partition's topic was deleted and created again (a new topic id);"
+    .. " its position was reset per auto_offset_reset (or, with \"error\", waits for a seek)",
   rebootstrap = "the broker is not the node of the cluster the metadata named (KIP-1242), or the cluster"
     .. " asked the client to start over from its bootstrap brokers (retried from them)",
   -- producer and consumer

@@ -28,6 +28,7 @@ local _M = {}
 local mt = { __index = _M }
 
 local function pkey(topic, partition) return topic .. "\0" .. partition end
+local NO_ID = string.rep("\0", 16) -- the null topic id (a broker without topic ids)
 _M.key = pkey
 
 -- A poll's output: poll's array of messages, or poll_batch's list of
@@ -273,6 +274,41 @@ local function add_error(errs, st, err, code, kcode)
   e.err, e.code, e.kafka_code = err, code, kcode
 end
 
+-- A partition whose topic the metadata now gives another id was deleted
+-- and created again (KIP-516): its position belongs to a log that is gone.
+-- It is reset as auto_offset_reset says ("error": not read until a seek),
+-- and errs says so (code "topic_recreated"); the data fetched for the old
+-- topic is dropped (the epoch moves).
+function _M:_check_topic_ids(errs)
+  local topics = self.client.topics
+  for _, st in ipairs(self.parts) do
+    local t = topics[st.topic]
+    local id = t and t.topic_id
+    if id and id ~= NO_ID and st.topic_id ~= id then
+      if not st.topic_id then
+        st.topic_id = id
+      else
+        local what = ("%s/%d: the topic was deleted and created again (topic id %s, was %s)"):format(st.topic,
+          st.partition, tostring(proto.uuid_text(id)), tostring(proto.uuid_text(st.topic_id)))
+        if self.auto_offset_reset == "error" then
+          st.topic_id, st.fetch_offset, st.epoch = id, nil, st.epoch + 1
+          add_error(errs, st, what .. '; auto_offset_reset is "error": seek to read it', "topic_recreated")
+        else
+          local off, err, code = self:list_offsets(st.topic, st.partition, self.auto_offset_reset)
+          if off then
+            st.topic_id = id
+            self:set_position(st, off)
+            add_error(errs, st, ("%s; position reset to %s (offset %s)"):format(what, self.auto_offset_reset,
+              tostring(off)), "topic_recreated")
+          else
+            add_error(errs, st, what .. "; resetting the position failed: " .. tostring(err), code)
+          end
+        end
+      end
+    end
+  end
+end
+
 -- A Fetch answer's frame is released (proto.release: the inbox reads a
 -- later answer into the same memory, not into fresh pages) once its last
 -- partition is decoded: hold counts its partitions kept for later polls.
@@ -382,6 +418,9 @@ function _M:_send_fetches(deadline, errs, skip, only, node)
   end
   if #items == 0 then return end
   local groups, failed = client:group(items, deadline, self.pool)
+  -- (the metadata is fresh here: a topic created again shows its new id
+  -- before a Fetch could ask it for the old topic's offsets)
+  self:_check_topic_ids(errs)
   for _, f in ipairs(failed) do
     if f.code == "timeout" and client.now() >= deadline then
       -- the poll's time ran out while the leader's connection negotiates (it
@@ -396,21 +435,31 @@ function _M:_send_fetches(deadline, errs, skip, only, node)
   local wait = math.floor(math.max(0, math.min(deadline - client.now(), self.fetch_max_wait_ms)))
   for _, g in ipairs(groups) do
     local conn = g.conn
-    if not self.fetches[conn] then
+    -- (a partition whose topic was created again under "error" waits for a seek)
+    local gitems = {}
+    for _, st in ipairs(g.items) do if st.fetch_offset then gitems[#gitems + 1] = st end end
+    g.items = gitems
+    if not self.fetches[conn] and #gitems > 0 then
       local topics, list, offsets, epochs = {}, {}, {}, {}
+      local v, err, code = conn:version(API.Fetch)
+      local names = {} -- topic id -> name (Fetch v13+ answers by id)
       for _, st in ipairs(g.items) do
         local t = topics[st.topic]
         if not t then
-          t = { topic = st.topic, partitions = {} }
+          local md = client.topics[st.topic]
+          t = { topic = st.topic, topic_id = md and md.topic_id, partitions = {} }
           topics[st.topic] = t
           list[#list + 1] = t
+          -- by id (KIP-516: a topic deleted and created again is not read
+          -- as the old one) where the metadata gave every topic its id
+          if t.topic_id and t.topic_id ~= NO_ID then names[t.topic_id] = st.topic
+          elseif v and v > 12 then v = 12 end
         end
         t.partitions[#t.partitions + 1] = { partition = st.partition, fetch_offset = st.fetch_offset,
           partition_max_bytes = st.fetch_bytes, current_leader_epoch = -1, log_start_offset = -1,
           last_fetched_epoch = -1 }
         offsets[st], epochs[st] = st.fetch_offset, st.epoch
       end
-      local v, err, code = conn:version(API.Fetch)
       local corr
       if v then
         corr, err, code = conn:send(API.Fetch, v, { replica_id = -1, max_wait_ms = wait, min_bytes = self.fetch_min_bytes,
@@ -419,7 +468,8 @@ function _M:_send_fetches(deadline, errs, skip, only, node)
           { timeout_ms = wait, decode = self.fetch_decode, deadline = deadline })
       end
       if corr then
-        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, epochs = epochs, wait = wait }
+        local f = { conn = conn, corr = corr, parts = g.items, offsets = offsets, epochs = epochs, wait = wait,
+          names = names }
         self.fetches[conn] = f
         self.flist[#self.flist + 1] = f
         for _, st in ipairs(g.items) do st.fetch = f end
@@ -485,7 +535,7 @@ function _M:_collect(f, deadline, out, errs, skip)
   local got, piped, frame = {}, false, nil
   for _, tr in ipairs(resp.responses or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
-      local st = self.index[pkey(tr.topic, pr.partition_index)]
+      local st = self.index[pkey(tr.topic or f.names[tr.topic_id] or "", pr.partition_index)]
       if st and current[st] then
         current[st] = nil -- once: a partition listed twice is taken the first time
         got[#got + 1] = st

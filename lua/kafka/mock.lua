@@ -208,6 +208,15 @@ function _M:create_topic(name, partitions, o)
   return true
 end
 
+-- delete_topic(name) -> true: the topic and its logs are gone (a Fetch by
+-- its id answers UNKNOWN_TOPIC_ID; create_topic(name) makes a new one with
+-- a new id); raises on an unknown topic
+function _M:delete_topic(name)
+  if not self.topics[name] then caller_error("delete_topic", "unknown topic " .. tostring(name)) end
+  self.topics[name] = nil
+  return true
+end
+
 -- bootstrap() -> "host:port,..." of every broker (TCP addresses once listen() was called)
 function _M:bootstrap()
   local t = {}

@@ -261,4 +261,24 @@ for _, a in ipairs(core.apis()) do _M.api[a.name] = a.key end
 -- @tparam[opt] integer limit the largest output
 -- @return the bytes, or nil, message, code ("limit", "corrupt")
 
+local ZERO_UUID = string.rep("\0", 16)
+
+--- A topic id as Java's Uuid.toString() writes it (base64url, no padding).
+-- @tparam string u the 16 bytes
+-- @return the text, nil for the zero uuid (no id)
+function _M.uuid_text(u)
+  if u == nil or u == ZERO_UUID then return nil end
+  return (_M.crypto.b64_encode(u):gsub("=+$", ""):gsub("[+/]", { ["+"] = "-", ["/"] = "_" }))
+end
+
+--- The 16 bytes of a topic id in Java's text form.
+-- @tparam string s the text
+-- @return the bytes, nil when s is not one
+function _M.uuid_bytes(s)
+  if type(s) ~= "string" or not s:match("^[%w_-]+$") or #s ~= 22 then return nil end
+  local b = _M.crypto.b64_decode((s:gsub("[-_]", { ["-"] = "+", ["_"] = "/" })) .. "==")
+  if not b or #b ~= 16 then return nil end
+  return b
+end
+
 return _M

@@ -7,8 +7,6 @@ local proto = require "kafka.proto"
 local check = require "kafka.check"
 
 local errors = proto.errors
-local b64 = proto.crypto.b64_encode
-local b64d = proto.crypto.b64_decode
 local string, table = string, table
 local type, ipairs, pairs, tostring, math = type, ipairs, pairs, tostring, math
 
@@ -17,20 +15,7 @@ local _M = {}
 local ZERO_UUID = string.rep("\0", 16)
 _M.ZERO = ZERO_UUID
 
--- uuid_text(bytes) -> a topic id as Java's Uuid.toString() writes it
--- (base64url, no padding), nil for the zero uuid (no id)
-function _M.uuid_text(u)
-  if u == nil or u == ZERO_UUID then return nil end
-  return (b64(u):gsub("=+$", ""):gsub("[+/]", { ["+"] = "-", ["/"] = "_" }))
-end
-
--- uuid_bytes(text) -> the 16 bytes of a topic id in Java's form | nil
-function _M.uuid_bytes(s)
-  if type(s) ~= "string" or not s:match("^[%w_-]+$") or #s ~= 22 then return nil end
-  local b = b64d((s:gsub("[-_]", { ["-"] = "+", ["_"] = "/" })) .. "==")
-  if not b or #b ~= 16 then return nil end
-  return b
-end
+_M.uuid_text, _M.uuid_bytes = proto.uuid_text, proto.uuid_bytes
 
 -- fail(res, kcode, msg [, code]): res records Kafka error kcode (the
 -- broker's message when it sent one); a local failure (no Kafka code)

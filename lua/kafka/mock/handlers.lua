@@ -21,7 +21,7 @@ local _M = { handlers = H }
 -- What the mock implements: api key -> {min, max}. ApiVersions advertises exactly this.
 local SUPPORTED = {
   [API.Produce] = { 0, 11 },
-  [API.Fetch] = { 0, 12 }, -- v13+ addresses topics by id: not implemented
+  [API.Fetch] = { 0, 18 }, -- v13+ address topics by id
   [API.ListOffsets] = { 0, 10 },
   [API.Metadata] = { 0, 12 },
   [API.OffsetCommit] = { 0, 9 },
@@ -223,6 +223,11 @@ H.Produce = function(self, conn, b, version)
   return { responses = responses, throttle_time_ms = 0 }
 end
 
+-- the name of the topic with this id now (nil: none, deleted)
+local function topic_by_id(self, id)
+  for name, t in pairs(self.topics) do if t.id == id then return name end end
+end
+
 -- Fetch: the answer, and the record bytes it carries
 local function fetch_body(self, conn, b, version, f)
   local total, limit = 0, version >= 3 and b.max_bytes or 2147483647
@@ -230,14 +235,19 @@ local function fetch_body(self, conn, b, version, f)
   local responses = {}
   for _, ft in ipairs(b.topics or {}) do
     local parts = {}
+    -- v13+: by id, as Kafka: an id no topic has now (deleted, or deleted and
+    -- created again under its name) is UNKNOWN_TOPIC_ID
+    local name = ft.topic
+    if version >= 13 then name = topic_by_id(self, ft.topic_id) end
     for _, fp in ipairs(ft.partitions or {}) do
       local r = { partition_index = fp.partition, error_code = 0, high_watermark = -1, last_stable_offset = -1,
         log_start_offset = -1, preferred_read_replica = -1, records = "" }
       if version >= 4 then r.aborted_transactions = {} end
       parts[#parts + 1] = r
-      local code, p = partition_error(self, conn, ft.topic, fp.partition, true)
+      local code, p = partition_error(self, conn, name or "", fp.partition, true)
+      if not name then code = E.UNKNOWN_TOPIC_ID end
       if code == 0 then code = epoch_error(p, fp.current_leader_epoch) end
-      if code == 0 and fault_hits(f, ft.topic, fp.partition) then code = f.code end
+      if code == 0 and fault_hits(f, name, fp.partition) then code = f.code end
       if code == 0 then
         local log = p.log
         r.high_watermark, r.last_stable_offset, r.log_start_offset = log.hw, log.hw, log.log_start
@@ -253,7 +263,7 @@ local function fetch_body(self, conn, b, version, f)
       end
       r.error_code = code
     end
-    responses[#responses + 1] = { topic = ft.topic, partitions = parts }
+    responses[#responses + 1] = { topic = ft.topic, topic_id = ft.topic_id, partitions = parts }
   end
   return { throttle_time_ms = 0, error_code = 0, session_id = 0, responses = responses }, total
 end
@@ -261,6 +271,9 @@ end
 H.Fetch = function(self, conn, b, version, reply)
   if version >= 7 and (b.session_id or 0) ~= 0 then
     return { error_code = E.FETCH_SESSION_ID_NOT_FOUND, session_id = 0, responses = {} }
+  end
+  if version >= 13 then -- (faults name topics)
+    for _, ft in ipairs(b.topics or {}) do ft.topic = topic_by_id(self, ft.topic_id) end
   end
   local f = self:_take_fault(API.Fetch, request_pairs(b.topics, "topic", "partitions", "partition"))
   local body, total = fetch_body(self, conn, b, version, f)
