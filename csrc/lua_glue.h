@@ -6,8 +6,10 @@
  *                  contract, option readers, codec names;
  *   lua_schema.c   the schema visitors over Lua tables: frames, data
  *                  structures, introspection;
- *   lua_records.c  the builder userdata, headers, row and column record
- *                  decoders;
+ *   lua_batch.c    records encoding: message arrays and the builder
+ *                  userdata (proto.batch), with their headers;
+ *   lua_records.c  records decoding: the row and column decoders, headers
+ *                  on demand, rests, records_end/records_cut;
  *   lua_crypto.c   the SASL primitives;
  *   lua_producer.c the producer's accumulator: its counters and send()'s
  *                  fast path (kafka.producer);
@@ -83,13 +85,18 @@ void kfl_rec_opts(lua_State *L, int idx, kf_rec_opts *o);
  * pushed, e set) when the framing is corrupt. */
 int kfl_push_records(lua_State *L, const uint8_t *p, size_t n, const kf_rec_opts *o, box *bx,
                      kfl_rec_extra *x, int64_t *next, kf_err *e);
+/* Sets the decoding functions into the table on top; makes the rests' metatable. */
+void kfl_open_records(lua_State *L);
+
+/* lua_batch.c */
+
 /* A records field's value at idx: a message array or a builder? */
 int kfl_is_records(lua_State *L, int idx);
 /* Encodes the records value at idx (see kfl_is_records) into out; magic is
  * the format the request version implies. */
 int kfl_encode_records_value(lua_State *L, int idx, int magic, box *bx, kf_writer *out, kf_err *e);
-/* Sets the records functions into the table on top; makes the builder's metatable. */
-void kfl_open_records(lua_State *L);
+/* Sets encode_records and batch into the table on top; makes the builder's metatable. */
+void kfl_open_batch(lua_State *L);
 
 /* The builder userdata (proto.batch). */
 #define KFL_BATCH_MT "kafka.core.batch"

@@ -120,6 +120,7 @@ int luaopen_kafka_core(lua_State *L) {
   kfl_open_glue(L);
   luaL_newlib(L, core_funcs);
   kfl_open_schema(L);
+  kfl_open_batch(L);
   kfl_open_records(L);
   kfl_open_producer(L);
   kfl_open_bytes(L);

@@ -773,7 +773,7 @@ return {
     replace = [[    if true then values[d.name] ]],
     spec = "spec/options_doc_spec.lua", filter = "client its defaults",
     promise = "security options are checked by their rules only (values never claim a default the rules did not apply)" },
-  { name = "header-null-written-empty", file = "csrc/lua_records.c",
+  { name = "header-null-written-empty", file = "csrc/lua_batch.c",
     find = "    *v = NULL;\n    *vl = 0;",
     replace = "    *v = \"\";\n    *vl = 0;",
     spec = "spec/interop_java_spec.lua", filter = "lua%-kafka writes none", env = K,
