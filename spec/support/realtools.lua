@@ -122,7 +122,9 @@ function _M.stored_batches(client, topic, partition)
     local resp = assert(c:request(fetch, {
       replica_id = -1, max_wait_ms = 0, min_bytes = 1, max_bytes = 64 * 1048576, isolation_level = 0,
       session_id = 0, session_epoch = -1,
-      topics = { { topic = topic, partitions = { { partition = partition, fetch_offset = offset,
+      -- (by name and id: v13+ reads the id, older versions the name)
+      topics = { { topic = topic, topic_id = client.topics[topic].topic_id, partitions = { { partition = partition,
+        fetch_offset = offset,
         log_start_offset = -1, partition_max_bytes = 64 * 1048576, current_leader_epoch = -1 } } } },
       forgotten_topics_data = {}, rack_id = "",
     }, { version = v, decode = { raw_records = true } }))
