@@ -83,10 +83,14 @@ function _M.fetch(self, topic, partition, offset)
   local v
   v, err = c:version(API.Fetch)
   if not v then return nil, tostring(err) end
+  -- v13+ name the topic by its id (the metadata's; none: by name, v12)
+  local md = kc.topics[topic]
+  local id = md and proto.uuid_text(md.topic_id) and md.topic_id
+  if not id and v > 12 then v = 12 end
   local resp
   resp, err = c:request(API.Fetch, { replica_id = -1, max_wait_ms = MAX_WAIT_MS, min_bytes = 0, max_bytes = MAX_BYTES,
     isolation_level = self.isolation_level, session_id = 0, session_epoch = -1,
-    topics = { { topic = topic, partitions = { { partition = partition, fetch_offset = from, current_leader_epoch = -1,
+    topics = { { topic = topic, topic_id = id, partitions = { { partition = partition, fetch_offset = from, current_leader_epoch = -1,
       log_start_offset = -1, last_fetched_epoch = -1, partition_max_bytes = MAX_BYTES } } } },
     forgotten_topics_data = {}, rack_id = self.client_rack },
     { version = v, timeout_ms = MAX_WAIT_MS, decode = { raw_records = true } })
