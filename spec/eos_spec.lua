@@ -546,7 +546,7 @@ for _, version in ipairs(rk.versions()) do
       function()
       local topic = rt.uniq("eos-gen")
       rt.create_topic(client, topic, 1, 1)
-      for _, protocol in ipairs(serves("ConsumerGroupHeartbeat") and { "classic", "consumer" } or { "classic" }) do
+      for _, protocol in ipairs(rk.consumer_protocol(version) and { "classic", "consumer" } or { "classic" }) do
         local group = rt.uniq("g")
         local c = kafka.consumer.new(client, { group_id = group, group_protocol = protocol,
           enable_auto_commit = false, fetch_max_wait_ms = 100 })

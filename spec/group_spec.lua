@@ -498,7 +498,7 @@ local function coordinator_killed(version)
     local topic = rt.uniq("grp-coord")
     rt.create_topic(client, topic, P, 3, { ["min.insync.replicas"] = 2 })
     local protocols = { "classic" }
-    if assert(client:any_broker()):version("ConsumerGroupHeartbeat") then protocols[2] = "consumer" end
+    if rk.consumer_protocol(version) then protocols[2] = "consumer" end
     -- group ids whose coordinator is the same node
     -- (COORDINATOR_NOT_AVAILABLE until __consumer_offsets exists)
     local function finder(gid)
@@ -700,8 +700,8 @@ if #versions > 0 and not require("support.helpers").lite() then
   end)
 end
 for vi, version in ipairs(versions) do
-  -- KIP-848's consumer protocol where the broker serves it (Kafka 4.x; 3.x and 2.x do not offer it)
-  local kip848, why = rk.serves(version, "ConsumerGroupHeartbeat")
+  -- KIP-848's consumer protocol where the broker takes it (its ApiVersions: 4.x)
+  local kip848, why = rk.consumer_protocol(version)
   local main = vi == 1 and not require("support.helpers").lite()
   -- the other versions' scenarios: the same steps over half the messages
   -- (the membership changes, not the volume, are what differs by version)

@@ -1030,4 +1030,10 @@ return {
     find = [[{ state_filters = o.states or {},]], replace = [[{ state_filters = {},]],
     spec = "spec/admin_spec.lua", filter = "describe_producers", env = KA,
     promise = "list_transactions' states filter reaches the broker" },
+  -- the broker matrix (make matrix) -------------------------------------------
+  { name = "auto-create-leader-not-available", file = "lua/kafka/client.lua",
+    find = [[(e == errors.UNKNOWN_TOPIC_OR_PARTITION or e == errors.LEADER_NOT_AVAILABLE)]],
+    replace = [[(e == errors.UNKNOWN_TOPIC_OR_PARTITION)]],
+    spec = "spec/real_kafka_spec.lua", filter = "creates topics on first use", env = { KAFKA_VERSIONS = "2.8.2" },
+    promise = "a topic created on first use is waited for also while a ZooKeeper-mode broker (2.x) says LEADER_NOT_AVAILABLE" },
 }

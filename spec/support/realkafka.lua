@@ -59,13 +59,14 @@ end
 function _M.main() return _M.versions()[1] end
 
 -- java_version() -> the kafka-clients version of the Java peers: KAFKA_JAVA_VERSION,
--- else the main version; a ZooKeeper-mode main (2.x) takes MAIN's client instead,
--- as Peer.java uses the Admin and consumer APIs of 3.x and later.
+-- else the main version; a main before 4.x takes MAIN's client instead, as
+-- Peer.java uses kafka-clients 4.x (the group config resource, the consumer
+-- protocol's options).
 function _M.java_version()
   local v = os.getenv("KAFKA_JAVA_VERSION")
   if v and v ~= "" then return v end
   v = _M.main()
-  if not v or v:match("^[012]%.") then return _M.MAIN end
+  if not v or v:match("^[0-3]%.") then return _M.MAIN end
   return v
 end
 
@@ -92,6 +93,20 @@ function _M.serves(version, api)
   local key = require("kafka.proto").api_key(api)
   if _M.api_versions(version)[key] then return true end
   return false, ("Kafka %s does not serve %s (not in its ApiVersions)"):format(version, api)
+end
+
+-- consumer_protocol(version) -> true where a broker of that version takes KIP-848's
+-- consumer protocol: it serves ConsumerGroupHeartbeat and the cluster finalized
+-- group.version 1 (4.x); else false and the reason (3.9 advertises the API as a
+-- preview, without the feature, and answers it UNSUPPORTED_VERSION)
+function _M.consumer_protocol(version)
+  local ok, why = _M.serves(version, "ConsumerGroupHeartbeat")
+  if not ok then return false, why end
+  local _, ff = _M.api_versions(version)
+  if (ff["group.version"] or 0) < 1 then
+    return false, ("Kafka %s does not finalize group.version 1 (its ApiVersions)"):format(version)
+  end
+  return true
 end
 
 -- broker_config(version, name) -> the value broker 1 of a 1-node cluster of that
