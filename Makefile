@@ -42,7 +42,7 @@ VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
 
-.PHONY: admin options-doc mutants mutants-ci chaos all docs test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
+.PHONY: admin matrix options-doc mutants mutants-ci chaos all docs test test-all demo-run test-lua test-luajit lint asan clean clean-objs gen demo mock fuzz corpus valgrind coverage bench
 
 all: $(MODULE)
 
@@ -160,6 +160,24 @@ chaos: all
 ADMIN_KAFKA ?= 4.1.2
 admin: all
 	SPEC_ADMIN=1 KAFKA_VERSIONS=$(ADMIN_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/admin_spec.lua
+
+# The broker matrix: the lite tier of the real-broker specs (MATRIX_SPECS) on
+# $(LUA) against each of MATRIX_KAFKA in turn, each the main version of its own
+# run (so the security, Java and producer-expiry cases run on it too), its
+# brokers stopped before the next; what a version does not serve is pending,
+# with the reason read from its ApiVersions. Every version runs even if one
+# fails; the failing ones come last. .ci/run runs it after make admin.
+MATRIX_KAFKA ?= 4.4.0 4.3.2 4.2.2 4.0.2 3.9.1 2.8.2
+MATRIX_SPECS ?= spec/real_kafka_spec.lua spec/group_spec.lua spec/eos_spec.lua spec/idempotence_spec.lua \
+  spec/security_spec.lua spec/interop_java_spec.lua
+matrix: all $(MOCKBROKER)
+	@failed=""; all=$$(date +%s); for v in $(MATRIX_KAFKA); do \
+	  echo "== the lite tier against Kafka $$v"; start=$$(date +%s); \
+	  KAFKA_VERSIONS=$$v SPEC_TIER=lite $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) $(MATRIX_SPECS) || failed="$$failed $$v"; \
+	  echo "== Kafka $$v: $$(( $$(date +%s) - start )) s"; \
+	done; \
+	echo "== make matrix: $$(( $$(date +%s) - all )) s"; \
+	if [ -n "$$failed" ]; then echo "== make matrix failed on Kafka:$$failed"; exit 1; fi
 
 # The mutants marked ci = true (the promises found unguarded, each with the
 # spec written for it): the part of `make mutants` that .ci/run runs.

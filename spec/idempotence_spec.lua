@@ -351,7 +351,14 @@ if rk.versions()[1] then
       if k and not os.getenv("LK_KAFKA_OWNER") then k:stop() end
     end)
 
-    it("an idle producer the broker forgot resumes without failing a message; a refused batch bumps the epoch locally",
+    -- KIP-854's producer.id.expiration.ms (Kafka 3.4), asked of the broker: one
+    -- without it (2.x) keeps an idle producer's state for transactional.id.expiration.ms,
+    -- checked every 10 minutes, so the case cannot run there
+    local it_exp = it
+    if not rk.broker_config(rk.main(), "producer.id.expiration.ms") then
+      it_exp = function(name) pending(name .. " (Kafka " .. rk.main() .. "'s broker has no producer.id.expiration.ms)") end
+    end
+    it_exp("an idle producer the broker forgot resumes without failing a message; a refused batch bumps the epoch locally",
       function()
         local topic = rt.uniq("idem-expire")
         rt.create_topic(client, topic, 1, 1, { ["max.message.bytes"] = 1000 })

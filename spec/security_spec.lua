@@ -140,7 +140,11 @@ describe("TLS and SASL, Kafka " .. version, function()
   end
 
   it("refuses a missing client certificate on the mTLS listener and a wrong key password", function()
-    refused(opts("MTLS"), "ssl", "requires a client certificate")
+    -- Kafka 2.x's TLS layer (2.8.2 on Java 17) ends the handshake without a
+    -- certificate alert: the client reads a broken record ("decryption failed
+    -- or bad record mac"), refused as "ssl" without the reason (no answer of
+    -- the broker tells this apart: the version decides)
+    refused(opts("MTLS"), "ssl", version:match("^2%.") and "TLS: decryption failed" or "requires a client certificate")
     refused(opts("MTLS", { ssl_certificate_location = dir .. "/client.pem", ssl_key_location = dir .. "/client-enc.key",
       ssl_key_password = "wrong" }), "ssl", "TLS configuration")
   end)

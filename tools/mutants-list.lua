@@ -1117,4 +1117,10 @@ return {
     replace = [[          if false then names[t.topic_id] = st.topic]],
     spec = "spec/topic_id_spec.lua", filter = "kafka.mock", ci = true,
     promise = "the consumer fetches by topic id (Fetch v13+) where the metadata has ids" },
+  -- the broker matrix (make matrix) -------------------------------------------
+  { name = "auto-create-leader-not-available", file = "lua/kafka/client.lua",
+    find = [[(e == errors.UNKNOWN_TOPIC_OR_PARTITION or e == errors.LEADER_NOT_AVAILABLE)]],
+    replace = [[(e == errors.UNKNOWN_TOPIC_OR_PARTITION)]],
+    spec = "spec/real_kafka_spec.lua", filter = "creates topics on first use", env = { KAFKA_VERSIONS = "2.8.2" },
+    promise = "a topic created on first use is waited for also while a ZooKeeper-mode broker (2.x) says LEADER_NOT_AVAILABLE" },
 }

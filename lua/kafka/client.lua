@@ -431,10 +431,12 @@ function _M:topic(name, deadline)
     t = self.topics[name]
     -- A real broker creates the topic asynchronously and answers the
     -- Metadata request that asked for it with UNKNOWN_TOPIC_OR_PARTITION
-    -- (librdkafka's mock creates it at once): ask again for a while.
+    -- (KRaft) or LEADER_NOT_AVAILABLE (ZooKeeper mode, Kafka 2.x: created,
+    -- no leader yet; librdkafka's mock creates it at once): ask again for a while.
     local wait = self.retry_backoff_ms
     for _ = 1, 6 do
-      if not (self.auto_create and t and t.error_code == errors.UNKNOWN_TOPIC_OR_PARTITION) then break end
+      local e = t and t.error_code
+      if not (self.auto_create and (e == errors.UNKNOWN_TOPIC_OR_PARTITION or e == errors.LEADER_NOT_AVAILABLE)) then break end
       if deadline and self.now() + wait > deadline then break end
       self.sleep(wait)
       wait = wait * 2

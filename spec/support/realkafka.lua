@@ -58,6 +58,71 @@ end
 -- main() -> the version the 3-node and Java specs use (the first listed).
 function _M.main() return _M.versions()[1] end
 
+-- java_version() -> the kafka-clients version of the Java peers: KAFKA_JAVA_VERSION,
+-- else the main version; a main before 4.x takes MAIN's client instead, as
+-- Peer.java uses kafka-clients 4.x (the group config resource, the consumer
+-- protocol's options).
+function _M.java_version()
+  local v = os.getenv("KAFKA_JAVA_VERSION")
+  if v and v ~= "" then return v end
+  v = _M.main()
+  if not v or v:match("^[0-3]%.") then return _M.MAIN end
+  return v
+end
+
+-- api_versions(version) -> the ApiVersions a 1-node cluster of that version
+-- answers ({[api_key] = {min =, max =}}, finalized features {[name] = level}),
+-- asked once per process (the cluster starts now if it is not running), so
+-- specs choose their cases from what the broker serves, not its version string.
+local probed = {}
+function _M.api_versions(version)
+  if not probed[version] then
+    local k = _M.cluster(version, 1)
+    local client = require("kafka").client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "spec-probe" }
+    local c, err = client:any_broker()
+    if not c then error("ApiVersions of Kafka " .. version .. ": " .. tostring(err), 2) end
+    probed[version] = { c.broker_versions, c.finalized_features or {} }
+    client:close()
+  end
+  return probed[version][1], probed[version][2]
+end
+
+-- serves(version, api) -> true when a broker of that version advertises api
+-- (a name: "ConsumerGroupHeartbeat"), else false and the reason, for pending()
+function _M.serves(version, api)
+  local key = require("kafka.proto").api_key(api)
+  if _M.api_versions(version)[key] then return true end
+  return false, ("Kafka %s does not serve %s (not in its ApiVersions)"):format(version, api)
+end
+
+-- consumer_protocol(version) -> true where a broker of that version takes KIP-848's
+-- consumer protocol: it serves ConsumerGroupHeartbeat and the cluster finalized
+-- group.version 1 (4.x); else false and the reason (3.9 advertises the API as a
+-- preview, without the feature, and answers it UNSUPPORTED_VERSION)
+function _M.consumer_protocol(version)
+  local ok, why = _M.serves(version, "ConsumerGroupHeartbeat")
+  if not ok then return false, why end
+  local _, ff = _M.api_versions(version)
+  if (ff["group.version"] or 0) < 1 then
+    return false, ("Kafka %s does not finalize group.version 1 (its ApiVersions)"):format(version)
+  end
+  return true
+end
+
+-- broker_config(version, name) -> the value broker 1 of a 1-node cluster of that
+-- version gives config `name` (DescribeConfigs), nil when it does not know it
+function _M.broker_config(version, name)
+  local k = _M.cluster(version, 1)
+  local kafka = require "kafka"
+  local client = kafka.client.new { brokers = k.bootstrap.PLAINTEXT, client_id = "spec-probe" }
+  local admin = kafka.admin.new(client)
+  local r, err = admin:describe_configs { { type = "broker", name = "1", names = { name } } }
+  client:close()
+  if not r or r[1].error_code ~= 0 then error("DescribeConfigs on Kafka " .. version .. ": " .. tostring(err or r[1].error), 2) end
+  local c = r[1].configs[name]
+  return c and c.value
+end
+
 local function read_env(path)
   local f = assert(io.open(path, "rb"))
   local env = {}
@@ -226,11 +291,11 @@ end
 -- table written to a properties file), opts.timeout (s, default 120).
 -- Raises with the peer's output when it fails.
 -- compiled(class [, version]) -> the classpath of spec/support/kafka/<class>.java,
--- compiled once per process against kafka-clients of that version (the main one).
+-- compiled once per process against kafka-clients of that version (java_version()).
 local compiled_cp = {}
 function _M.compiled(class, version)
   if compiled_cp[class] then return compiled_cp[class] end
-  local ok, cpfile = sh(harness .. " classpath " .. (version or _M.main() or _M.MAIN))
+  local ok, cpfile = sh(harness .. " classpath " .. (version or _M.java_version()))
   if not ok then error("kafka-clients: " .. cpfile, 3) end
   cpfile = cpfile:match("([^\n]+)%s*$")
   local f = assert(io.open(cpfile, "rb"))

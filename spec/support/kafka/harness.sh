@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Real Apache Kafka brokers for the specs: KRaft combined nodes on 127.0.0.1,
 # started from Kafka's own jars (resolved by Maven into ~/.m2, once per machine).
+# Kafka 2.x has no KRaft worth the name: it runs in ZooKeeper mode, brokers
+# beside one ZooKeeper node the harness starts from the same classpath (Kafka's
+# POM brings ZooKeeper's jars) and stops with them.
 #
 #   harness.sh classpath VERSION              resolve the jars; prints the classpath file
-#   harness.sh start NAME VERSION NODES OWNER start NODES (1 or 3) combined nodes; prints the env file
+#   harness.sh start NAME VERSION NODES OWNER start NODES (1 or 3) combined nodes (2.x: brokers and a
+#                                             ZooKeeper); prints the env file
 #                                             (KAFKA_JVM_OPTS replaces the test JVM settings)
 #   harness.sh stop NAME                      SIGKILL every node, remove the data
 #   harness.sh kill NAME NODE                 SIGKILL one node (its data stays)
@@ -16,7 +20,7 @@
 # (SCRAM credentials written at format time), bob/bob-secret for PLAIN.
 # Certificates (a CA, the broker's, a client's) are made with openssl.
 #
-# A watchdog per run kills the JVMs and removes the data as soon as the
+# A watchdog per run kills the JVMs (brokers and ZooKeeper) and removes the data as soon as the
 # OWNER process is gone, so an interrupted busted never leaves a broker.
 # Every wait has a deadline; a failure names the step and the log file.
 set -euo pipefail
@@ -35,11 +39,18 @@ C=$(cd "$C" && pwd -P)
 
 die() { echo "kafka harness: $*" >&2; exit 1; }
 
+# zk_mode VERSION: true for the versions run in ZooKeeper mode (2.x; KRaft was
+# early access there and lacks SCRAM, transactions and more)
+zk_mode() { case "$1" in 0.*|1.*|2.*) return 0 ;; *) return 1 ;; esac; }
+
+# pidfiles DIR: every JVM of a cluster (the nodes, then ZooKeeper if any)
+pidfiles() { local p; for p in "$1"/node*/pid "$1"/zk/pid; do [ -f "$p" ] && echo "$p"; done; return 0; }
+
 classpath() {
   local v=$1 cp="$C/cp-$1.txt" extra
   if [ ! -s "$cp" ]; then
     case "$v" in
-      3.*) extra="-Dkafka.reload4j" ;;
+      2.*|3.*) extra="-Dkafka.reload4j" ;;
       4.0.*|4.1.0|4.1.1) extra="-Dlog4j.version=2.24.3" ;;
       *) extra="-Dlog4j.version=2.25.3" ;;
     esac
@@ -53,7 +64,7 @@ classpath() {
 
 log_opts() {
   case "$1" in
-    3.*) echo "-Dlog4j.configuration=file:$H/log4j.properties" ;;
+    2.*|3.*) echo "-Dlog4j.configuration=file:$H/log4j.properties" ;;
     *) echo "-Dlog4j2.configurationFile=file:$H/log4j2.properties" ;;
   esac
 }
@@ -99,19 +110,34 @@ make_certs() {
 }
 
 # write_props DIR NODE NODES VOTERS: server.properties of one combined node
+# (VOTERS "zk:PORT": a ZooKeeper-mode broker of the ZooKeeper on PORT)
 write_props() {
   local d=$1 n=$2 nodes=$3 voters=$4 nd="$1/node$2" rf=1 isr=1
   # shellcheck disable=SC1090
   . "$nd/ports"
   [ "$nodes" -gt 1 ] && { rf=3; isr=2; }
-  cat > "$nd/server.properties" <<EOF
+  if [[ $voters == zk:* ]]; then
+    # the KRaft-only settings below are unknown here (a warning each, no harm);
+    # a short ZooKeeper session lets a killed broker's registration expire soon
+    cat > "$nd/server.properties" <<EOF
+broker.id=$n
+zookeeper.connect=127.0.0.1:${voters#zk:}
+zookeeper.session.timeout.ms=6000
+listeners=PLAINTEXT://127.0.0.1:$PLAINTEXT,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT,SSL://127.0.0.1:$SSL,MTLS://127.0.0.1:$MTLS,SASL_SSL://127.0.0.1:$SASL_SSL
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL
+EOF
+  else
+    cat > "$nd/server.properties" <<EOF
 process.roles=broker,controller
 node.id=$n
 controller.quorum.voters=$voters
 controller.listener.names=CONTROLLER
 listeners=PLAINTEXT://127.0.0.1:$PLAINTEXT,CONTROLLER://127.0.0.1:$CONTROLLER,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT,SSL://127.0.0.1:$SSL,MTLS://127.0.0.1:$MTLS,SASL_SSL://127.0.0.1:$SASL_SSL
-advertised.listeners=PLAINTEXT://127.0.0.1:$PLAINTEXT,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT,SSL://127.0.0.1:$SSL,MTLS://127.0.0.1:$MTLS,SASL_SSL://127.0.0.1:$SASL_SSL
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL
+EOF
+  fi
+  cat >> "$nd/server.properties" <<EOF
+advertised.listeners=PLAINTEXT://127.0.0.1:$PLAINTEXT,SASL_PLAINTEXT://127.0.0.1:$SASL_PLAINTEXT,SSL://127.0.0.1:$SSL,MTLS://127.0.0.1:$MTLS,SASL_SSL://127.0.0.1:$SASL_SSL
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$nd/data
 num.partitions=1
@@ -193,14 +219,15 @@ launch_node() {
   echo $! > "$nd/pid"
 }
 
-# wait_ready DIR NODE... : every node logged "Kafka Server started" (deadline 180 s)
+# wait_ready DIR NODE... : every node logged "Kafka Server started" (2.x: "[KafkaServer id=N] started")
+# (deadline 180 s)
 wait_ready() {
   local d=$1; shift
   local deadline=$((SECONDS + 180)) n pending
   while :; do
     pending=""
     for n in "$@"; do
-      grep -q 'Kafka Server started' "$d/node$n/broker.log" 2>/dev/null && continue
+      grep -qE 'Kafka Server started|\] started \(kafka\.server\.KafkaServer\)' "$d/node$n/broker.log" 2>/dev/null && continue
       if ! kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null; then
         # a port taken between choosing it and binding it: the caller retries on others
         if grep -qE 'Unable to start acceptor|Address already in use|BindException' "$d/node$n/broker.log"; then
@@ -220,6 +247,57 @@ wait_ready() {
   done
 }
 
+# start_zk DIR PORT: the one standalone ZooKeeper node of a 2.x cluster, ready
+# when it answers ruok (deadline 60 s); returns 2 when its port was taken
+start_zk() {
+  local d=$1 port=$2 z="$1/zk" v answer deadline=$((SECONDS + 60))
+  v=$(cat "$d/version")
+  mkdir -p "$z/data" "$z/tmp"
+  # tickTime 500: sessions of 1-10 s, so the brokers' 6 s session is allowed
+  cat > "$z/zoo.cfg" <<EOF
+dataDir=$z/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+tickTime=500
+initLimit=10
+syncLimit=5
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok
+EOF
+  # shellcheck disable=SC2046
+  nohup java -Xms16m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+    -Djava.io.tmpdir="$z/tmp" $(log_opts "$v") -cp "$(cat "$(classpath "$v")")" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$z/zoo.cfg" </dev/null >>"$z/zk.log" 2>&1 &
+  echo $! > "$z/pid"
+  while :; do
+    answer=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; echo ruok >&3; cat <&3' _ "$port" 2>/dev/null || true)
+    [ "$answer" = imok ] && return 0
+    if ! kill -0 "$(cat "$z/pid")" 2>/dev/null; then
+      if grep -qE 'Address already in use|BindException' "$z/zk.log"; then
+        echo "kafka harness: ZooKeeper could not bind port $port: $(ss -Htanp 2>/dev/null | grep -E ":$port\b" | head -3 | tr -s ' ' | tr '\n' ';')" >>"$d/bind-failures"
+        return 2
+      fi
+      die "ZooKeeper exited during start-up (log: $z/zk.log): $(grep -m1 -E 'ERROR|Exception' "$z/zk.log" || true)"
+    fi
+    [ $SECONDS -ge $deadline ] && die "ZooKeeper not ready after 60 s (log: $z/zk.log)"
+    sleep 0.2
+  done
+}
+
+# zk_scram DIR: alice's SCRAM credentials written to ZooKeeper before the brokers
+# start (ZooKeeper mode's counterpart of the format-time --add-scram)
+zk_scram() {
+  local d=$1 v
+  v=$(cat "$d/version")
+  # shellcheck disable=SC2046
+  timeout 120 java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.io.tmpdir="$d/zk/tmp" $(log_opts "$v") \
+    -cp "$(cat "$(classpath "$v")")" kafka.admin.ConfigCommand --zookeeper "127.0.0.1:$(cat "$d/zk/port")" \
+    --alter --entity-type users --entity-name alice \
+    --add-config 'SCRAM-SHA-256=[password=alice-secret],SCRAM-SHA-512=[password=alice-secret]' >"$d/zk/scram.log" 2>&1 \
+    || die "writing the SCRAM credentials failed (log: $d/zk/scram.log): $(tail -3 "$d/zk/scram.log")"
+}
+
 start() {
   local name=$1 v=$2 nodes=$3 owner=$4 d="$C/run/$1" cp voters="" n ports i
   [ -e "$d" ] && { stop "$name"; }
@@ -234,13 +312,14 @@ start() {
   setsid nohup bash -c '
     d=$1; owner=$2
     while [ -d "$d" ] && kill -0 "$owner" 2>/dev/null; do sleep 1; done
-    for p in "$d"/node*/pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null; done
+    for p in "$d"/node*/pid "$d"/zk/pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null; done
     sleep 0.5; rm -rf "$d"' _ "$d" "$owner" </dev/null >/dev/null 2>&1 &
   echo $! > "$d/watchdog.pid"
   local attempt rc
   for attempt in 1 2 3 4 5; do
     voters=""
-    read -r -a ports <<<"$(free_ports $((nodes * 6)))"
+    # (one more port in ZooKeeper mode: ZooKeeper's, the last)
+    read -r -a ports <<<"$(free_ports $((nodes * 6 + 1)))"
     for n in $(seq 1 "$nodes"); do
       i=$(((n - 1) * 6))
       mkdir -p "$d/node$n"
@@ -254,33 +333,43 @@ SASL_SSL=${ports[$((i + 5))]}
 EOF
       voters="$voters${voters:+,}$n@127.0.0.1:${ports[$((i + 1))]}"
     done
-    for n in $(seq 1 "$nodes"); do
-      write_props "$d" "$n" "$nodes" "$voters"
-      rm -rf "$d/node$n/data" # (a retry formats afresh: StorageTool refuses a formatted directory)
-      # shellcheck disable=SC2046
-      timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
-        -t "${LK_KAFKA_CLUSTER_ID:-lua-kafka-tests-000001}" -c "$d/node$n/server.properties" \
-        --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' \
-        --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]' >"$d/node$n/format.log" 2>&1 \
-        || die "formatting node $n failed (log: $d/node$n/format.log): $(tail -3 "$d/node$n/format.log")"
-    done
-    for n in $(seq 1 "$nodes"); do launch_node "$d" "$n"; done
     rc=0
-    wait_ready "$d" $(seq 1 "$nodes") || rc=$?
+    if zk_mode "$v"; then
+      voters="zk:${ports[$((nodes * 6))]}"
+      mkdir -p "$d/zk" && echo "${ports[$((nodes * 6))]}" > "$d/zk/port"
+      start_zk "$d" "${ports[$((nodes * 6))]}" || rc=$?
+      [ $rc -eq 0 ] && zk_scram "$d"
+    fi
+    if [ $rc -eq 0 ]; then
+      for n in $(seq 1 "$nodes"); do
+        write_props "$d" "$n" "$nodes" "$voters"
+        zk_mode "$v" && continue # (ZooKeeper mode: no format step)
+        rm -rf "$d/node$n/data" # (a retry formats afresh: StorageTool refuses a formatted directory)
+        # shellcheck disable=SC2046
+        timeout 120 java $(jvm_opts "$d/node$n" "$v" | sed 's/-Xmx384m/-Xmx192m/') -cp "$(cat "$cp")" kafka.tools.StorageTool format \
+          -t "${LK_KAFKA_CLUSTER_ID:-lua-kafka-tests-000001}" -c "$d/node$n/server.properties" \
+          --add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' \
+          --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]' >"$d/node$n/format.log" 2>&1 \
+          || die "formatting node $n failed (log: $d/node$n/format.log): $(tail -3 "$d/node$n/format.log")"
+      done
+      for n in $(seq 1 "$nodes"); do launch_node "$d" "$n"; done
+      wait_ready "$d" $(seq 1 "$nodes") || rc=$?
+    fi
     [ $rc -eq 0 ] && break
     # the JVMs of this attempt gone (each waited for, up to 10 s) before their data is
-    for n in $(seq 1 "$nodes"); do kill -9 "$(cat "$d/node$n/pid")" 2>/dev/null || true; done
-    for n in $(seq 1 "$nodes"); do
+    for p in $(pidfiles "$d"); do kill -9 "$(cat "$p")" 2>/dev/null || true; done
+    for p in $(pidfiles "$d"); do
       local until=$((SECONDS + 10))
-      while kill -0 "$(cat "$d/node$n/pid")" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 0.05; done
+      while kill -0 "$(cat "$p")" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 0.05; done
     done
-    rm -rf "$d"/node*
+    rm -rf "$d"/node* "$d"/zk
     [ "$attempt" -eq 5 ] && die "no free ports after 5 attempts (a port was taken each time): $(cat "$d/bind-failures")"
   done
   {
     echo "version=$v"
     echo "nodes=$nodes"
     echo "dir=$d"
+    zk_mode "$v" && echo "zookeeper=127.0.0.1:$(cat "$d/zk/port")"
     for l in PLAINTEXT SASL_PLAINTEXT SSL MTLS SASL_SSL; do
       local list=""
       for n in $(seq 1 "$nodes"); do list="$list${list:+,}127.0.0.1:$(sed -n "s/^$l=//p" "$d/node$n/ports")"; done
@@ -294,9 +383,8 @@ stop() {
   local d="$C/run/$1" p
   [ -d "$d" ] || return 0
   [ -f "$d/watchdog.pid" ] && kill -9 "$(cat "$d/watchdog.pid")" 2>/dev/null || true
-  for p in "$d"/node*/pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null || true; done
-  for p in "$d"/node*/pid; do
-    [ -f "$p" ] || continue
+  for p in $(pidfiles "$d"); do kill -9 "$(cat "$p")" 2>/dev/null || true; done
+  for p in $(pidfiles "$d"); do
     local deadline=$((SECONDS + 10))
     while kill -0 "$(cat "$p")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
   done
@@ -307,7 +395,7 @@ status() {
   local d="$C/run/$1" p
   [ -f "$d/env" ] || return 1
   kill -0 "$(cat "$d/owner")" 2>/dev/null || return 1
-  for p in "$d"/node*/pid; do kill -0 "$(cat "$p")" 2>/dev/null || return 1; done
+  for p in $(pidfiles "$d"); do kill -0 "$(cat "$p")" 2>/dev/null || return 1; done
 }
 
 cmd=${1:-}
