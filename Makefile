@@ -170,7 +170,7 @@ admin: all
 # 4.0.2 and 3.9.1 are make test's, at the full tier: not again here.)
 MATRIX_KAFKA ?= 4.4.0 4.3.2 4.2.2 2.8.2
 MATRIX_SPECS ?= spec/real_kafka_spec.lua spec/group_spec.lua spec/eos_spec.lua spec/idempotence_spec.lua \
-  spec/security_spec.lua spec/interop_java_spec.lua
+  spec/security_spec.lua spec/interop_java_spec.lua spec/topic_id_spec.lua
 matrix: all $(MOCKBROKER)
 	@failed=""; all=$$(date +%s); for v in $(MATRIX_KAFKA); do \
 	  echo "== the lite tier against Kafka $$v"; start=$$(date +%s); \
