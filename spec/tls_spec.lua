@@ -146,43 +146,47 @@ describe("TLS in C (the inbox)", function()
     end)
   end)
 
-  it("verifies the host name in the handshake: whole-label wildcards, IP addresses against IP SANs", function()
-    with_peer("handshake", function(port)
-      local function refused(host)
-        local s, ok, err = dial(port, host)
-        s:close()
-        assert.are.same({ nil, ('TLS: host name mismatch: the certificate of %s:%d is not valid for "%s" '
-          .. '(ssl_endpoint_identification = "none" turns the check off)'):format(host, port, host) }, { ok, err })
-      end
-      local function accepted(host, extra)
-        local s, ok, err = dial(port, host, extra)
-        s:close()
-        assert.are.same({ true }, { ok, err }, host)
-      end
-      refused("b1.example.com") -- b*.example.com: a partial label never matches
-      refused("cn.test")        -- the CN is not a name when there are DNS SANs
-      refused("a.whole.test")
-      refused("127.0.0.2")
-      accepted("whole.test")
-      accepted("WHOLE.test")
-      accepted("127.0.0.1")
-      accepted("b1.example.com", { ssl_endpoint_identification = "none" })
-    end, 2)
-  end)
+  for _, tr in ipairs { "openssl", "luasec" } do
+    it("verifies the host name (" .. tr .. "): whole-label wildcards, IP addresses against IP SANs", function()
+      with_peer("handshake", function(port)
+        local function refused(host)
+          local s, ok, err = dial(port, host, { ssl_transport = tr })
+          s:close()
+          assert.are.same({ nil, ('TLS: host name mismatch: the certificate of %s:%d is not valid for "%s" '
+            .. '(ssl_endpoint_identification = "none" turns the check off)'):format(host, port, host) }, { ok, err })
+        end
+        local function accepted(host, extra)
+          extra = extra or {}
+          extra.ssl_transport = tr
+          local s, ok, err = dial(port, host, extra)
+          s:close()
+          assert.are.same({ true }, { ok, err }, host)
+        end
+        refused("b1.example.com") -- b*.example.com: a partial label never matches
+        refused("cn.test")        -- the CN is not a name when there are DNS SANs
+        refused("a.whole.test")
+        refused("127.0.0.2")
+        accepted("whole.test")
+        accepted("WHOLE.test")
+        accepted("127.0.0.1")
+        accepted("b1.example.com", { ssl_endpoint_identification = "none" })
+      end, 2)
+    end)
 
-  it("refuses an untrusted certificate, naming the reason; verification off takes it", function()
-    with_peer("handshake", function(port)
-      local s, ok, err = dial(port, "127.0.0.1", { ssl_ca_location = certs() .. "/other.pem" })
-      s:close()
-      assert.are.same({ nil, ("TLS: the certificate of 127.0.0.1:%d is not trusted: self-signed certificate (depth 0) "
-        .. "(ssl_ca_location: %s/other.pem)"):format(port, certs()) }, { ok, err })
-      s, ok, err = dial(port, "wrong.invalid", { ssl_ca_location = certs() .. "/other.pem",
-        enable_ssl_certificate_verification = false })
-      assert.are.same({ true }, { ok, err })
-      assert.equal("openssl", s.tls_transport)
-      s:close()
-    end, 2)
-  end)
+    it("refuses an untrusted certificate, naming the reason; verification off takes it (" .. tr .. ")", function()
+      with_peer("handshake", function(port)
+        local s, ok, err = dial(port, "127.0.0.1", { ssl_ca_location = certs() .. "/other.pem", ssl_transport = tr })
+        s:close()
+        assert.are.same({ nil, ("TLS: the certificate of 127.0.0.1:%d is not trusted: self-signed certificate (depth 0) "
+          .. "(ssl_ca_location: %s/other.pem)"):format(port, certs()) }, { ok, err })
+        s, ok, err = dial(port, "wrong.invalid", { ssl_ca_location = certs() .. "/other.pem",
+          enable_ssl_certificate_verification = false, ssl_transport = tr })
+        assert.are.same({ true }, { ok, err })
+        assert.equal(tr, s.tls_transport)
+        s:close()
+      end, 2)
+    end)
+  end
 
   it("an encrypted client key: loaded with its password, a wrong one refused as the configuration", function()
     local d = certs()
