@@ -189,6 +189,18 @@ describe("TLS in C (the inbox)", function()
     end)
   end
 
+  it("sends the server name (SNI) of a host name, none for an IP address", function()
+    with_peer("sni", function(port)
+      for _, case in ipairs { { "whole.test", "whole.test" }, { "127.0.0.1", "-" } } do
+        local s, ok, err = dial(port, case[1])
+        assert(ok, err)
+        local corr, frame = s:read_frame(10000, 1e8)
+        s:close()
+        assert.are.same({ 7, case[2] }, { corr, tostring(frame) })
+      end
+    end, 2)
+  end)
+
   it("an encrypted client key: loaded with its password, a wrong one refused as the configuration", function()
     local d = certs()
     local core = require "kafka.core"

@@ -14,6 +14,7 @@ correlation id 7, then PAYLOAD bytes of the pattern below):
   cut           the first record, half of the second, then the TCP close
   close_notify  the frame, then close_notify and the TCP close
   handshake     the handshake only, then waits for the client to close
+  sni           the frame's payload is the server name the client sent (SNI), "-" for none
   notls         no TLS: answers the ClientHello with an HTTP 400
   silent        accepts and never answers
 """
@@ -35,6 +36,11 @@ def main():
     mode, certdir, portfile, idle = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(os.path.join(certdir, "cert.pem"), os.path.join(certdir, "key.pem"))
+    sni = {}
+
+    def on_sni(_obj, name, _ctx):
+        sni["name"] = name
+    ctx.sni_callback = on_sni
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(4)
@@ -50,14 +56,15 @@ def main():
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.settimeout(10)
         try:
-            serve(mode, ctx, conn)
+            sni.clear()
+            serve(mode, ctx, conn, sni)
         except (OSError, ssl.SSLError):
             pass
         finally:
             conn.close()
 
 
-def serve(mode, ctx, conn):
+def serve(mode, ctx, conn, sni):
     if mode == "silent":
         conn.recv(4096)
         time.sleep(8)
@@ -90,10 +97,10 @@ def serve(mode, ctx, conn):
         while conn.recv(65536):
             pass
         return
-    body = payload(PAYLOAD)
+    body = (sni.get("name") or "-").encode() if mode == "sni" else payload(PAYLOAD)
     obj.write(struct.pack(">ii", 4 + len(body), 7) + body)
     raw = out.read()
-    if mode == "frame" or mode == "close_notify":
+    if mode in ("frame", "close_notify", "sni"):
         conn.sendall(raw)
     elif mode == "split":
         for i in range(300):
