@@ -6,7 +6,8 @@
 -- MODE "transactional": a transactional_id, one transaction per TXN_MSGS
 -- messages (begin, sends, commit_transaction), read back read_committed.
 -- MODE "sasl_ssl" CA_PEM USER PASSWORD: the producer's default over SASL_SSL
--- with SCRAM-SHA-512 (docs/security.md), ops named produce_sasl_ssl / consume_sasl_ssl.
+-- with SCRAM-SHA-512 (docs/security.md), ops named produce_sasl_ssl / consume_sasl_ssl
+-- (BENCH_SSL_TRANSPORT: its ssl_transport option, "openssl" by default).
 -- Without MODE the same topic is then read again with consumer:poll_batch
 -- (op consume_batch: the same data in the same run, beside poll's consume).
 -- BENCH_GC=incremental|generational: Lua 5.4's collector mode for the run
@@ -31,6 +32,9 @@ if mode == "sasl_ssl" then
   assert(arg[10], "sasl_ssl: CA_PEM USER PASSWORD")
   copts.security_protocol, copts.sasl_mechanism = "SASL_SSL", "SCRAM-SHA-512"
   copts.ssl_ca_location, copts.sasl_username, copts.sasl_password = arg[8], arg[9], arg[10]
+  -- BENCH_SSL_TRANSPORT=luasec: TLS through LuaSec (bench/tls.lua compares the two)
+  local tr = os.getenv("BENCH_SSL_TRANSPORT")
+  if tr and tr ~= "" then copts.ssl_transport = tr end
 end
 local client = kafka.client.new(copts)
 -- values prepared up front (1,000 distinct ones, cycled): the bench

@@ -543,56 +543,64 @@ static int l_inbox_receive(lua_State *L) {
   return 1;
 }
 
-/* ib:write over TLS: a string or kafka.bytes in one SSL_write; a frame in
- * pieces with its small pieces gathered into WSTAGE bytes (each SSL_write
- * is at least one record) and its large ones written from their builders. */
-static int tls_write(lua_State *L, inbox *ib, const kfl_outframe *of, int64_t deadline) {
+/* A frame in pieces over TLS: its small pieces gathered into WSTAGE bytes
+ * (each SSL_write is at least one record), its large ones written from
+ * their builders. RD_OK or why not; *sent: the bytes that went. */
+static int tls_write_pieces(inbox *ib, const kfl_outframe *of, int64_t deadline, size_t *sent) {
   uint8_t stage[WSTAGE];
-  size_t sent = 0, fill = 0, pos = 0, total, w = 0;
+  size_t fill = 0, pos = 0, w = 0, total = of->w.len + of->ext;
   int rc = RD_OK;
+  while (rc == RD_OK && pos < total) {
+    struct iovec v[IOV_BATCH];
+    int i, nv = outframe_iov(of, pos, v, IOV_BATCH);
+    for (i = 0; rc == RD_OK && i < nv; i++) {
+      const uint8_t *p = (const uint8_t *)v[i].iov_base;
+      size_t n = v[i].iov_len;
+      if (n >= WSTAGE) { /* large: the stage first, then the piece as it lies */
+        if (fill) {
+          rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
+          *sent += w;
+          fill = 0;
+          if (rc != RD_OK) break;
+        }
+        rc = kf_tls_write(ib->tls, p, n, deadline, &w, &ib->terr);
+        *sent += w;
+      } else {
+        while (n) {
+          size_t take = WSTAGE - fill < n ? WSTAGE - fill : n;
+          memcpy(stage + fill, p, take);
+          fill += take;
+          p += take;
+          n -= take;
+          if (fill == WSTAGE) {
+            rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
+            *sent += w;
+            fill = 0;
+            if (rc != RD_OK) break;
+          }
+        }
+      }
+      pos += v[i].iov_len;
+    }
+  }
+  if (rc == RD_OK && fill) {
+    rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
+    *sent += w;
+  }
+  return rc;
+}
+
+/* ib:write over TLS: a string or kafka.bytes in one SSL_write, a frame in
+ * pieces by tls_write_pieces. */
+static int tls_write(lua_State *L, inbox *ib, const kfl_outframe *of, int64_t deadline) {
+  size_t sent = 0;
+  int rc;
   if (!of) {
     size_t n;
     const uint8_t *p = kfl_checkbytes(L, 2, &n);
     rc = kf_tls_write(ib->tls, p, n, deadline, &sent, &ib->terr);
   } else {
-    total = of->w.len + of->ext;
-    while (rc == RD_OK && pos < total) {
-      struct iovec v[IOV_BATCH];
-      int i, nv = outframe_iov(of, pos, v, IOV_BATCH);
-      for (i = 0; rc == RD_OK && i < nv; i++) {
-        const uint8_t *p = (const uint8_t *)v[i].iov_base;
-        size_t n = v[i].iov_len;
-        if (n >= WSTAGE) { /* large: the stage first, then the piece as it lies */
-          if (fill) {
-            rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
-            sent += w;
-            fill = 0;
-            if (rc != RD_OK) break;
-          }
-          rc = kf_tls_write(ib->tls, p, n, deadline, &w, &ib->terr);
-          sent += w;
-        } else {
-          while (n) {
-            size_t take = WSTAGE - fill < n ? WSTAGE - fill : n;
-            memcpy(stage + fill, p, take);
-            fill += take;
-            p += take;
-            n -= take;
-            if (fill == WSTAGE) {
-              rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
-              sent += w;
-              fill = 0;
-              if (rc != RD_OK) break;
-            }
-          }
-        }
-        pos += v[i].iov_len;
-      }
-    }
-    if (rc == RD_OK && fill) {
-      rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
-      sent += w;
-    }
+    rc = tls_write_pieces(ib, of, deadline, &sent);
   }
   if (rc == RD_OK) {
     lua_pushboolean(L, 1);
