@@ -32,7 +32,7 @@ if mode == "sasl_ssl" then
   assert(arg[10], "sasl_ssl: CA_PEM USER PASSWORD")
   copts.security_protocol, copts.sasl_mechanism = "SASL_SSL", "SCRAM-SHA-512"
   copts.ssl_ca_location, copts.sasl_username, copts.sasl_password = arg[8], arg[9], arg[10]
-  -- BENCH_SSL_TRANSPORT=luasec: TLS through LuaSec (bench/tls.lua compares the two)
+  -- BENCH_SSL_TRANSPORT=luasec: TLS through LuaSec (bench/tls_transport.lua compares the two)
   local tr = os.getenv("BENCH_SSL_TRANSPORT")
   if tr and tr ~= "" then copts.ssl_transport = tr end
 end
