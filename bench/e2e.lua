@@ -92,6 +92,7 @@ for r = 0, runs do -- run 0 is the warm-up
   -- its drained topic, one per connection) has ended before the clock starts
   if r > 0 then socket.sleep((FETCH_WAIT_MS + 50) / 1000) end
   t0 = socket.gettime()
+  local cpu0 = os.clock()
   assert(c:assign(parts))
   local got = 0
   while got < n and socket.gettime() - t0 < 30 do
@@ -100,6 +101,11 @@ for r = 0, runs do -- run 0 is the warm-up
   end
   t1 = socket.gettime()
   if r > 0 then print(("consume%s\t%d\t%s\t%.0f"):format(suffix, size, codec, got / (t1 - t0))) end
+  -- BENCH_CPU=1: also messages per second of this process's CPU time (the
+  -- client's own cost, less bound to a broker starved on a busy machine)
+  if r > 0 and os.getenv("BENCH_CPU") == "1" then
+    print(("consumecpu%s\t%d\t%s\t%.0f"):format(suffix, size, codec, got / math.max(os.clock() - cpu0, 1e-6)))
+  end
   io.stdout:flush()
   assert(got == n, ("consumed %d of %d"):format(got, n))
   if not mode then

@@ -3,7 +3,9 @@
 -- and consume of N x 100 B over PLAINTEXT, over SASL_SSL (SCRAM-SHA-512)
 -- with TLS in C (ssl_transport "openssl", the default) and with LuaSec,
 -- the three taking turns for ROUNDS rounds; prints each one's mean rate
--- and the SASL_SSL/PLAINTEXT ratios. Not part of `make bench`:
+-- and the SASL_SSL/PLAINTEXT ratios, by wall clock and by the client's own
+-- CPU time (os.clock: what the transport changes, when a busy machine
+-- starves the broker). Not part of `make bench`:
 --   spec/support/kafka/with-brokers.sh env LUA_PATH=... LUA_CPATH=... lua5.4 bench/tls_transport.lua
 -- BENCH_E2E_N (200000), BENCH_E2E_RUNS (2 per process), BENCH_TLS_ROUNDS (2)
 local rk = require "support.realkafka"
@@ -30,13 +32,13 @@ for round = 1, ROUNDS do
   for vi, v in ipairs(variants) do
     local prefix = ("tlsbench-%d-%d-%d-"):format(os.time(), round, vi)
     for r = 0, RUNS do rt.create_topic(admin, prefix .. r, 6, 1) end
-    local cmd = ("%s BENCH_SSL_TRANSPORT=%s timeout 600 lua5.4 %s/bench/e2e.lua %s %s %d %d 100 none %s"):format(env,
+    local cmd = ("%s BENCH_CPU=1 BENCH_SSL_TRANSPORT=%s timeout 600 lua5.4 %s/bench/e2e.lua %s %s %d %d 100 none %s"):format(env,
       v.tr, ROOT, v.bs, prefix, N, RUNS, v.mode)
     local p = assert(io.popen(cmd))
     local out = p:read("a")
     assert(p:close(), "failed: " .. cmd .. "\n" .. out)
     for op, rate in out:gmatch("(%a+)[%w_]*\t100\tnone\t(%d+)") do
-      if op == "produce" or op == "consume" then
+      if op == "produce" or op == "consume" or op == "consumecpu" then
         local s = sums[v.name] or {}
         sums[v.name] = s
         s[op] = s[op] or { 0, 0 }
@@ -53,10 +55,10 @@ local function mean(name, op)
   return s and s[1] / s[2] or 0
 end
 print(("%d x 100 B, %d runs x %d rounds per variant, Kafka %s, one broker"):format(N, RUNS, ROUNDS, rk.main()))
-print("| variant | produce msg/s | consume msg/s | consume / PLAINTEXT |")
-print("|---|---|---|---|")
-local base = mean("PLAINTEXT", "consume")
+print("| variant | produce msg/s | consume msg/s | consume / PLAINTEXT | consume msg per client CPU s | that / PLAINTEXT |")
+print("|---|---|---|---|---|---|")
+local base, cbase = mean("PLAINTEXT", "consume"), mean("PLAINTEXT", "consumecpu")
 for _, v in ipairs(variants) do
-  print(("| %s | %.0f | %.0f | %.2f |"):format(v.name, mean(v.name, "produce"), mean(v.name, "consume"),
-    mean(v.name, "consume") / base))
+  print(("| %s | %.0f | %.0f | %.2f | %.0f | %.2f |"):format(v.name, mean(v.name, "produce"), mean(v.name, "consume"),
+    mean(v.name, "consume") / base, mean(v.name, "consumecpu"), mean(v.name, "consumecpu") / cbase))
 end
