@@ -8,6 +8,9 @@
  * name with X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS (as kf_check_host), an
  * IP address against IP SANs; a failure sends the alert and ends the
  * handshake (never a connection left open unverified).
+ * Writes go through OpenSSL's socket BIO (write(), no MSG_NOSIGNAL): a
+ * peer gone would raise SIGPIPE, which luasocket, whose descriptors these
+ * are, sets to be ignored when it loads (socket.core).
  */
 #include "tls.h"
 
