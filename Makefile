@@ -17,13 +17,14 @@ CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wshadow -Wconversion -Wmissing-prototypes -Wstrict-prototypes \
         -Wpointer-arith -Wformat=2 -Wundef -Wcast-align -Wvla
 ALL_CFLAGS := -std=gnu99 -fPIC -fvisibility=hidden $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
-CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto)
-CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto)
+CRYPTO_CFLAGS := $(shell $(PKG_CONFIG) --cflags libssl libcrypto)
+# libssl: the TLS transport (csrc/tls.c); libcrypto: SASL's primitives
+CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libssl libcrypto)
 LIBS := -lz -lsnappy -llz4 -lzstd $(CRYPTO_LIBS)
 LDFLAGS ?=
 
-CORE_SRC := csrc/buf.c csrc/crc.c csrc/compress.c csrc/records.c csrc/schema.c csrc/apis.c csrc/crypto.c
-GLUE_SRC := csrc/lua_kafka.c csrc/lua_glue.c csrc/lua_schema.c csrc/lua_records.c csrc/lua_batch.c csrc/lua_crypto.c csrc/lua_producer.c csrc/lua_bytes.c
+CORE_SRC := csrc/buf.c csrc/crc.c csrc/compress.c csrc/records.c csrc/schema.c csrc/apis.c csrc/crypto.c csrc/tls.c
+GLUE_SRC := csrc/lua_kafka.c csrc/lua_glue.c csrc/lua_schema.c csrc/lua_records.c csrc/lua_batch.c csrc/lua_crypto.c csrc/lua_producer.c csrc/lua_bytes.c csrc/lua_tls.c
 CORE_OBJ := $(patsubst csrc/%.c,$(BUILD)/%.o,$(CORE_SRC))
 GLUE_OBJ := $(patsubst csrc/%.c,$(BUILD)/%.o,$(GLUE_SRC))
 MODULE := $(BUILD)/kafka/core.so

@@ -17,26 +17,27 @@ LuaJIT/OpenResty.]],
 dependencies = {
   "lua >= 5.1",
   "luasocket", -- the default transport outside OpenResty (kafka.socket)
-  -- TLS outside OpenResty also needs luasec (security_protocol SSL, SASL_SSL)
+  -- TLS outside OpenResty is in kafka.core (libssl); luasec only for ssl_transport = "luasec"
 }
 external_dependencies = {
   ZLIB = { header = "zlib.h", library = "z" },
   SNAPPY = { header = "snappy-c.h", library = "snappy" },
   LZ4 = { header = "lz4frame.h", library = "lz4" },
   ZSTD = { header = "zstd.h", library = "zstd" },
-  OPENSSL = { header = "openssl/evp.h", library = "crypto" }, -- libcrypto: SCRAM, TLS host name checks
+  OPENSSL = { header = "openssl/ssl.h", library = "ssl" }, -- libssl: TLS (csrc/tls.c); libcrypto: SCRAM
 }
 build = {
   type = "builtin",
   modules = {
     ["kafka.core"] = {
       sources = { "csrc/buf.c", "csrc/crc.c", "csrc/compress.c", "csrc/records.c", "csrc/schema.c",
-                  "csrc/apis.c", "csrc/crypto.c", "csrc/lua_kafka.c", "csrc/lua_glue.c", "csrc/lua_schema.c",
-                  "csrc/lua_records.c", "csrc/lua_batch.c", "csrc/lua_crypto.c", "csrc/lua_producer.c", "csrc/lua_bytes.c" },
+                  "csrc/apis.c", "csrc/crypto.c", "csrc/tls.c", "csrc/lua_kafka.c", "csrc/lua_glue.c", "csrc/lua_schema.c",
+                  "csrc/lua_records.c", "csrc/lua_batch.c", "csrc/lua_crypto.c", "csrc/lua_producer.c", "csrc/lua_bytes.c",
+                  "csrc/lua_tls.c" },
       defines = { "_GNU_SOURCE" },
       incdirs = { "csrc", "$(ZLIB_INCDIR)", "$(SNAPPY_INCDIR)", "$(LZ4_INCDIR)", "$(ZSTD_INCDIR)", "$(OPENSSL_INCDIR)" },
       libdirs = { "$(ZLIB_LIBDIR)", "$(SNAPPY_LIBDIR)", "$(LZ4_LIBDIR)", "$(ZSTD_LIBDIR)", "$(OPENSSL_LIBDIR)" },
-      libraries = { "z", "snappy", "lz4", "zstd", "crypto" },
+      libraries = { "z", "snappy", "lz4", "zstd", "ssl", "crypto" },
     },
     ["kafka"] = "lua/kafka/init.lua",
     ["kafka.proto"] = "lua/kafka/proto.lua",

@@ -6,7 +6,8 @@
 -- MODE "transactional": a transactional_id, one transaction per TXN_MSGS
 -- messages (begin, sends, commit_transaction), read back read_committed.
 -- MODE "sasl_ssl" CA_PEM USER PASSWORD: the producer's default over SASL_SSL
--- with SCRAM-SHA-512 (docs/security.md), ops named produce_sasl_ssl / consume_sasl_ssl.
+-- with SCRAM-SHA-512 (docs/security.md), ops named produce_sasl_ssl / consume_sasl_ssl
+-- (BENCH_SSL_TRANSPORT: its ssl_transport option, "openssl" by default).
 -- Without MODE the same topic is then read again with consumer:poll_batch
 -- (op consume_batch: the same data in the same run, beside poll's consume).
 -- BENCH_GC=incremental|generational: Lua 5.4's collector mode for the run
@@ -31,6 +32,9 @@ if mode == "sasl_ssl" then
   assert(arg[10], "sasl_ssl: CA_PEM USER PASSWORD")
   copts.security_protocol, copts.sasl_mechanism = "SASL_SSL", "SCRAM-SHA-512"
   copts.ssl_ca_location, copts.sasl_username, copts.sasl_password = arg[8], arg[9], arg[10]
+  -- BENCH_SSL_TRANSPORT=luasec: TLS through LuaSec (bench/tls_transport.lua compares the two)
+  local tr = os.getenv("BENCH_SSL_TRANSPORT")
+  if tr and tr ~= "" then copts.ssl_transport = tr end
 end
 local client = kafka.client.new(copts)
 -- values prepared up front (1,000 distinct ones, cycled): the bench
@@ -88,6 +92,7 @@ for r = 0, runs do -- run 0 is the warm-up
   -- its drained topic, one per connection) has ended before the clock starts
   if r > 0 then socket.sleep((FETCH_WAIT_MS + 50) / 1000) end
   t0 = socket.gettime()
+  local cpu0 = os.clock()
   assert(c:assign(parts))
   local got = 0
   while got < n and socket.gettime() - t0 < 30 do
@@ -96,6 +101,11 @@ for r = 0, runs do -- run 0 is the warm-up
   end
   t1 = socket.gettime()
   if r > 0 then print(("consume%s\t%d\t%s\t%.0f"):format(suffix, size, codec, got / (t1 - t0))) end
+  -- BENCH_CPU=1: also messages per second of this process's CPU time (the
+  -- client's own cost, less bound to a broker starved on a busy machine)
+  if r > 0 and os.getenv("BENCH_CPU") == "1" then
+    print(("consumecpu%s\t%d\t%s\t%.0f"):format(suffix, size, codec, got / math.max(os.clock() - cpu0, 1e-6)))
+  end
   io.stdout:flush()
   assert(got == n, ("consumed %d of %d"):format(got, n))
   if not mode then

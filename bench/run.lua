@@ -697,7 +697,7 @@ if REAL then
   for _, r in ipairs(real) do t[#t + 1] = r end
   t[#t + 1] = ""
   t[#t + 1] = "The cost of TLS and SASL: the uncompressed cases over the broker's SASL_SSL listener (SCRAM-SHA-512,"
-  t[#t + 1] = "the CA verified and the host name checked; lua-kafka's TLS is LuaSec/OpenSSL, Java's the JDK's), each"
+  t[#t + 1] = "the CA verified and the host name checked; lua-kafka's TLS is OpenSSL's libssl in C, Java's the JDK's), each"
   t[#t + 1] = "client right after its PLAINTEXT runs, the same settings; ratio: SASL_SSL / PLAINTEXT rate of the"
   t[#t + 1] = ("same client. Connection set-up: lua-kafka, %d connections in a row (bench/tls.lua measures the other"
     .. " protocols):"):format(SETUP_CONNECTS)

@@ -10,6 +10,8 @@
  *                sendmsg() from a request frame in pieces:
  *   kafka.outframe  a Produce frame whose uncompressed records stay in
  *                their builders (encode_request's gather option).
+ * The inbox speaks TLS too (ib:starttls, tls.c): the records are
+ * decrypted straight into the frame, the same frames and read-ahead.
  * Through luasocket, a 1 MiB Fetch answer was copied five times before a
  * decoder saw it (luasocket's buffer, its luaL_Buffer and the growth of
  * that, the string, the join of the pieces) and each partition's records
@@ -26,11 +28,13 @@
 #include <unistd.h>
 
 #include "lua_glue.h"
+#include "tls.h"
 
 #define BYTES_MT "kafka.bytes"
 #define INBOX_MT "kafka.inbox"
 #define OUTFRAME_MT "kafka.outframe"
 #define IOV_BATCH 64 /* pieces per sendmsg() */
+#define WSTAGE 16384 /* TLS: small pieces of a frame gathered into one record */
 #define SPARE 65536 /* read-ahead: the small answers queued behind a frame, in one read */
 #define KEEP_MIN 65536 /* a frame below this is never kept for reuse (malloc's free lists serve it) */
 
@@ -304,37 +308,18 @@ static int l_bytes_release(lua_State *L) {
 
 typedef struct inbox {
   int fd;        /* -1 once closed */
+  kf_tls *tls;   /* after starttls: reads and writes go through it */
+  kf_tls_err terr; /* the last TLS error */
   int seen;      /* a frame size has been read */
   size_t fill;   /* bytes of the current frame read (its userdata is user value slot 1) */
   size_t head, tail; /* spare[head..tail): read ahead, not consumed */
   uint8_t spare[SPARE];
 } inbox;
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-enum { RD_OK = 1, RD_CLOSED = 0, RD_TIMEOUT = -1, RD_ERROR = -2 };
-
-/* Waits until fd is ready for events (POLLIN, POLLOUT) or the deadline
- * passes (-1: none): RD_OK, RD_TIMEOUT or RD_ERROR. */
-static int wait_fd(int fd, short events, int64_t deadline) {
-  for (;;) {
-    struct pollfd pfd;
-    int64_t left = deadline < 0 ? -1 : deadline - mono_ms();
-    int pr;
-    if (deadline >= 0 && left <= 0) return RD_TIMEOUT;
-    pfd.fd = fd;
-    pfd.events = events;
-    pfd.revents = 0;
-    pr = poll(&pfd, 1, left > 2147483647 ? 2147483647 : (int)left);
-    if (pr > 0) return RD_OK;
-    if (pr == 0) return RD_TIMEOUT;
-    if (errno != EINTR) return RD_ERROR;
-  }
-}
+enum { RD_OK = KF_IO_OK, RD_CLOSED = KF_IO_CLOSED, RD_TIMEOUT = KF_IO_TIMEOUT, RD_ERROR = KF_IO_ERROR,
+       RD_TLS = KF_IO_TLS };
+#define mono_ms kf_mono_ms
+#define wait_fd kf_wait_fd
 
 /* One read into dst (dlen bytes; 0: none, then the spare must hold less
  * than a size prefix) and on into the spare behind what it holds (with
@@ -353,6 +338,14 @@ static int ib_read(inbox *ib, uint8_t *dst, size_t dlen, int64_t deadline, size_
   v[1].iov_base = ib->spare + have;
   v[1].iov_len = SPARE - have;
   *got = 0;
+  if (ib->tls) { /* one record's bytes, decrypted into dst or the spare */
+    size_t g = 0;
+    int rc = kf_tls_read(ib->tls, dlen ? dst : ib->spare + have, dlen ? dlen : SPARE - have, deadline, &g, &ib->terr);
+    if (rc != RD_OK) return rc;
+    if (dlen) *got = g;
+    else ib->tail += g;
+    return RD_OK;
+  }
   for (;;) {
     ssize_t r = readv(ib->fd, dlen ? v : v + 1, dlen ? 2 : 1);
     if (r > 0) {
@@ -396,12 +389,18 @@ static int64_t deadline_of(lua_State *L, int idx) {
   return mono_ms() + (int64_t)t;
 }
 
-static int read_failed(lua_State *L, int rc, int started) {
+/* nil, err, started [, "tls" (err is a TLS error: an alert, a bad record)] */
+static int read_failed(lua_State *L, const inbox *ib, int rc, int started) {
   lua_pushnil(L);
   if (rc == RD_CLOSED) {
     lua_pushliteral(L, "closed");
   } else if (rc == RD_TIMEOUT) {
     lua_pushliteral(L, "timeout");
+  } else if (rc == RD_TLS) {
+    lua_pushstring(L, ib->terr.msg);
+    lua_pushboolean(L, started);
+    lua_pushliteral(L, "tls");
+    return 4;
   } else {
     lua_pushstring(L, strerror(errno));
   }
@@ -460,7 +459,7 @@ static int l_inbox_frame(lua_State *L) {
       }
       if (have >= 8) break;
       rc = ib_read(ib, NULL, 0, deadline, &got);
-      if (rc != RD_OK) return read_failed(L, rc, have > 0);
+      if (rc != RD_OK) return read_failed(L, ib, rc, have > 0);
     }
     size = be32(h);
     corr = be32(h + 4);
@@ -503,7 +502,7 @@ static int l_inbox_frame(lua_State *L) {
   while (ib->fill < fr->size) {
     size_t got = 0;
     int rc = ib_read(ib, fr->data + ib->fill, fr->size - ib->fill, deadline, &got);
-    if (rc != RD_OK) return read_failed(L, rc, 1);
+    if (rc != RD_OK) return read_failed(L, ib, rc, 1);
     ib->fill += got;
   }
   lua_pushnil(L);
@@ -525,14 +524,16 @@ static int l_inbox_receive(lua_State *L) {
   uint8_t *buf;
   size_t have;
   luaL_argcheck(L, n >= 0 && n <= 1073741824, 2, "byte count out of range");
+  lua_settop(L, 3);
   buf = (uint8_t *)lua_newuserdata(L, (size_t)n + 1);
   have = ib_take(ib, buf, (size_t)n);
   while (have < (size_t)n) {
     size_t got = 0;
     int rc = ib_read(ib, buf + have, (size_t)n - have, deadline, &got);
     if (rc != RD_OK) {
-      read_failed(L, rc, 0);
-      lua_pop(L, 1);
+      lua_settop(L, 4); /* buf at 4 */
+      read_failed(L, ib, rc, 0);
+      lua_settop(L, 6); /* nil, err */
       lua_pushlstring(L, (const char *)buf, have);
       return 3;
     }
@@ -540,6 +541,78 @@ static int l_inbox_receive(lua_State *L) {
   }
   lua_pushlstring(L, (const char *)buf, have);
   return 1;
+}
+
+/* A frame in pieces over TLS: its small pieces gathered into WSTAGE bytes
+ * (each SSL_write is at least one record), its large ones written from
+ * their builders. RD_OK or why not; *sent: the bytes that went. */
+static int tls_write_pieces(inbox *ib, const kfl_outframe *of, int64_t deadline, size_t *sent) {
+  uint8_t stage[WSTAGE];
+  size_t fill = 0, pos = 0, w = 0, total = of->w.len + of->ext;
+  int rc = RD_OK;
+  while (rc == RD_OK && pos < total) {
+    struct iovec v[IOV_BATCH];
+    int i, nv = outframe_iov(of, pos, v, IOV_BATCH);
+    for (i = 0; rc == RD_OK && i < nv; i++) {
+      const uint8_t *p = (const uint8_t *)v[i].iov_base;
+      size_t n = v[i].iov_len;
+      if (n >= WSTAGE) { /* large: the stage first, then the piece as it lies */
+        if (fill) {
+          rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
+          *sent += w;
+          fill = 0;
+          if (rc != RD_OK) break;
+        }
+        rc = kf_tls_write(ib->tls, p, n, deadline, &w, &ib->terr);
+        *sent += w;
+      } else {
+        while (n) {
+          size_t take = WSTAGE - fill < n ? WSTAGE - fill : n;
+          memcpy(stage + fill, p, take);
+          fill += take;
+          p += take;
+          n -= take;
+          if (fill == WSTAGE) {
+            rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
+            *sent += w;
+            fill = 0;
+            if (rc != RD_OK) break;
+          }
+        }
+      }
+      pos += v[i].iov_len;
+    }
+  }
+  if (rc == RD_OK && fill) {
+    rc = kf_tls_write(ib->tls, stage, fill, deadline, &w, &ib->terr);
+    *sent += w;
+  }
+  return rc;
+}
+
+/* ib:write over TLS: a string or kafka.bytes in one SSL_write, a frame in
+ * pieces by tls_write_pieces. */
+static int tls_write(lua_State *L, inbox *ib, const kfl_outframe *of, int64_t deadline) {
+  size_t sent = 0;
+  int rc;
+  if (!of) {
+    size_t n;
+    const uint8_t *p = kfl_checkbytes(L, 2, &n);
+    rc = kf_tls_write(ib->tls, p, n, deadline, &sent, &ib->terr);
+  } else {
+    rc = tls_write_pieces(ib, of, deadline, &sent);
+  }
+  if (rc == RD_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  if (rc == RD_TIMEOUT) lua_pushliteral(L, "timeout");
+  else if (rc == RD_CLOSED) lua_pushliteral(L, "closed");
+  else if (rc == RD_TLS) lua_pushstring(L, ib->terr.msg);
+  else lua_pushstring(L, strerror(errno));
+  lua_pushinteger(L, (lua_Integer)sent);
+  return 3;
 }
 
 /* ib:write(frame, timeout_ms) -> true | nil, err, sent: the whole frame
@@ -553,6 +626,7 @@ static int l_inbox_write(lua_State *L) {
   int64_t deadline = deadline_of(L, 3);
   kfl_outframe one, *of = luaL_testudata(L, 2, OUTFRAME_MT) ? check_outframe(L, 2) : NULL;
   size_t off = 0, total;
+  if (ib->tls) return tls_write(L, ib, of, deadline);
   if (!of) { /* one run of bytes: a frame without pieces around it */
     size_t n;
     const uint8_t *p = kfl_checkbytes(L, 2, &n);
@@ -595,11 +669,92 @@ static int l_inbox_write(lua_State *L) {
   return 1;
 }
 
-/* ib:close(): forgets the descriptor (its socket closes it). */
+/* ib:close(): ends TLS (our close_notify) and forgets the descriptor (its
+ * socket closes it right after). Idempotent. */
 static int l_inbox_close(lua_State *L) {
   inbox *ib = (inbox *)luaL_checkudata(L, 1, INBOX_MT);
+  kf_tls *t = ib->tls;
+  ib->tls = NULL;
+  kf_tls_free(t, ib->fd >= 0);
   ib->fd = -1;
   return 0;
+}
+
+/* __gc: frees the TLS state without a word on the descriptor, which its
+ * socket may have closed (and the number been reused) already. */
+static int l_inbox_gc(lua_State *L) {
+  inbox *ib = (inbox *)luaL_checkudata(L, 1, INBOX_MT);
+  kf_tls *t = ib->tls;
+  ib->tls = NULL;
+  kf_tls_free(t, 0);
+  ib->fd = -1;
+  return 0;
+}
+
+/* ib:starttls(ctx, host, verify_host, timeout_ms) -> true | nil, message,
+ * kind [, depth]: the TLS handshake on the inbox's descriptor (before any
+ * read), verified as ctx (core.tls_context) and verify_host say; from
+ * here on frame, receive and write go through TLS. kind: "timeout",
+ * "closed" (the peer closed: not a TLS listener?), "verify" (the chain is
+ * not trusted; depth: where), "host" (the certificate does not name
+ * host), "tls" (any other TLS error: an alert, not TLS at all), "system"
+ * (errno). A failed handshake leaves the inbox to be closed. */
+static int l_inbox_starttls(lua_State *L) {
+  inbox *ib = check_inbox(L);
+  kf_tls_ctx *ctx = kfl_checktlsctx(L, 2);
+  const char *host = luaL_checkstring(L, 3);
+  int verify_host = lua_toboolean(L, 4);
+  int64_t deadline = deadline_of(L, 5);
+  kf_tls_err e;
+  int rc;
+  if (ib->tls || ib->seen || ib->tail != ib->head) luaL_error(L, "inbox: starttls once, before any read");
+  ib->tls = kf_tls_new(ctx, ib->fd, host, verify_host, &e);
+  if (!ib->tls) {
+    lua_pushnil(L);
+    lua_pushstring(L, e.msg);
+    lua_pushliteral(L, "tls");
+    return 3;
+  }
+  ib->seen = 1; /* no plaintext peer check on the decrypted bytes */
+  rc = kf_tls_handshake(ib->tls, deadline, &e);
+  if (rc == RD_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  switch (rc) {
+  case RD_TIMEOUT:
+    lua_pushliteral(L, "timeout");
+    lua_pushliteral(L, "timeout");
+    return 3;
+  case RD_CLOSED:
+    lua_pushliteral(L, "closed");
+    lua_pushliteral(L, "closed");
+    return 3;
+  case RD_ERROR:
+    lua_pushstring(L, strerror(errno));
+    lua_pushliteral(L, "system");
+    return 3;
+  default:
+    lua_pushstring(L, e.msg);
+    if (e.kind == KF_TLS_E_VERIFY) {
+      lua_pushliteral(L, "verify");
+      lua_pushinteger(L, e.depth);
+      return 4;
+    }
+    if (e.kind == KF_TLS_E_HOST) lua_pushliteral(L, "host");
+    else lua_pushliteral(L, "tls");
+    return 3;
+  }
+}
+
+/* ib:tls() -> protocol, cipher ("TLSv1.3", "TLS_AES_256_GCM_SHA384") | nil */
+static int l_inbox_tls(lua_State *L) {
+  inbox *ib = check_inbox(L);
+  if (!ib->tls) return 0;
+  lua_pushstring(L, kf_tls_version(ib->tls));
+  lua_pushstring(L, kf_tls_cipher(ib->tls));
+  return 2;
 }
 
 /* core.inbox(fd) -> an inbox reading the (non-blocking) descriptor fd,
@@ -615,6 +770,7 @@ static int l_inbox_new(lua_State *L) {
   if (fl >= 0) (void)fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC);
   ib = (inbox *)kf_newuserdata_uv(L, sizeof(inbox));
   ib->fd = (int)fd;
+  ib->tls = NULL;
   ib->seen = 0;
   ib->fill = ib->head = ib->tail = 0;
   lua_createtable(L, 2, 0);
@@ -628,6 +784,8 @@ static const luaL_Reg inbox_methods[] = {
   {"receive", l_inbox_receive},
   {"write", l_inbox_write},
   {"close", l_inbox_close},
+  {"starttls", l_inbox_starttls},
+  {"tls", l_inbox_tls},
   {NULL, NULL}
 };
 
@@ -650,6 +808,10 @@ void kfl_open_bytes(lua_State *L) {
   lua_newtable(L);
   luaL_setfuncs(L, inbox_methods, 0);
   lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, l_inbox_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, l_inbox_gc);
+  lua_setfield(L, -2, "__close");
   lua_pushliteral(L, INBOX_MT);
   lua_setfield(L, -2, "__name");
   lua_pop(L, 1);

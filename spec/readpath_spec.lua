@@ -1,7 +1,7 @@
 -- The frame rules on every read path. A response is read by one of two
--- readers: the inbox in C (plain luasocket connections) or
--- kafka.connection's reader in Lua (TLS, direct_reads = false, cosockets in
--- nginx, any injected socket). Both must give the same answer to the same
+-- readers: the inbox in C (plain luasocket connections, and TLS on them
+-- in C) or kafka.connection's reader in Lua (TLS through LuaSec,
+-- direct_reads = false, cosockets in nginx, any injected socket). Both must give the same answer to the same
 -- bad peer: a wrong correlation id is a protocol error (never a frame
 -- dropped and a timeout later), a frame too short, too large or cut is
 -- refused on its prefix, and a request's deadline is request_timeout_ms
@@ -46,7 +46,8 @@ local transports = {
   { name = "luasocket (the inbox, in C)", reader = "inbox" },
   { name = "luasocket with direct_reads = false", reader = "lua", direct_reads = false },
   { name = "an injected socket", reader = "lua", socket = custom_socket },
-  { name = "TLS (LuaSec)", reader = "lua", tls = true },
+  { name = "TLS (OpenSSL in C, the inbox)", reader = "inbox", tls = "openssl" },
+  { name = "TLS (LuaSec)", reader = "lua", tls = "luasec" },
 }
 
 -- connection options for transport tr against port, and the bad broker's TLS folder
@@ -55,7 +56,8 @@ local function conn_opts(tr, port, o)
   for k, v in pairs(o or {}) do opts[k] = v end
   if tr.socket then opts.socket = tr.socket end
   if tr.tls then
-    opts.security = options.security { security_protocol = "SSL", ssl_ca_location = tls_dir() .. "/cert.pem" }
+    opts.security = options.security { security_protocol = "SSL", ssl_ca_location = tls_dir() .. "/cert.pem",
+      ssl_transport = tr.tls }
   end
   return opts
 end
@@ -86,6 +88,7 @@ describe("every read path", function()
             -- the reader the transport was meant to exercise was the one used
             if not c:is_connected() then assert(c:connect()) end
             assert.are.equal(tr.reader, c.sock.read_frame and "inbox" or "lua")
+            if tr.tls then assert.are.equal(tr.tls, c.sock.tls_transport) end
           end)
           c:close()
           proc:close()

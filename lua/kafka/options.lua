@@ -115,6 +115,9 @@ local CLIENT = check.declare("kafka.client.new", {
   { name = "enable_ssl_certificate_verification", rules = true, type = "bool", default = true,
     kafka = "enable.ssl.certificate.verification", librdkafka = true,
     doc = "false: the broker's certificate is not verified at all (encrypted, not authenticated)" },
+  { name = "ssl_transport", rules = true, type = "oneof", values = { "openssl", "luasec" }, default = "openssl",
+    doc = '"openssl": TLS in C on luasocket\'s descriptor, records decrypted straight into the response frames;'
+      .. ' "luasec": through LuaSec (the earlier transport); nginx\'s cosockets do their own TLS either way' },
 })
 CLIENT.intro = "The client's options; consumer.new and producer.new take them too, in place of a client. " ..
   "The security options (security_protocol, sasl_*, ssl_*, enable_ssl_certificate_verification) are " ..
@@ -203,6 +206,11 @@ local function security(opts)
     end
     tls.verify_chain = verify ~= false
     tls.verify_host = ident == "https" and tls.verify_chain
+    local transport = opts.ssl_transport
+    if transport ~= nil and transport ~= "openssl" and transport ~= "luasec" then
+      fail_opt("ssl_transport", ('must be "openssl" or "luasec" (got %s)'):format(tostring(transport)))
+    end
+    tls.transport = transport or "openssl"
     sec.tls = tls
   end
   if use_sasl then

@@ -8,9 +8,13 @@
 -- any other object with these methods can be injected.
 --
 -- TLS (security_protocol SSL / SASL_SSL) is one call after connect,
--- _M.tls(sock, host, port, tls): luasocket objects are wrapped with LuaSec
--- (chain verified against ssl_ca_location, the host name checked with
--- OpenSSL's X509_check_host / X509_check_ip_asc), cosockets and injected
+-- _M.tls(sock, host, port, tls): on luasocket objects the inbox does it in
+-- C with OpenSSL (kafka.core's tls_context and inbox:starttls: records
+-- decrypted straight into the response frames; the chain verified against
+-- ssl_ca_location and the host name checked by OpenSSL in the handshake),
+-- or with ssl_transport = "luasec" (or direct_reads off) LuaSec wraps them
+-- (the same checks after its handshake: X509_check_host /
+-- X509_check_ip_asc on the peer's certificate); cosockets and injected
 -- objects with a cosocket-style sslhandshake(reused, server_name, verify)
 -- method do their own handshake (in nginx the chain is verified against
 -- lua_ssl_trusted_certificate, the host name by lua-nginx-module).
@@ -42,23 +46,29 @@ end
 -- read_frame(timeout_ms, max_bytes, expect) on a plain luasocket
 -- connection: see kafka.core's inbox (csrc/lua_bytes.c); the frame is a
 -- kafka.bytes.
+local io_err
 local function inbox_read_frame(self, ms, max, expect)
   local corr, frame, started, tls = self.inbox:frame(ms, max, expect)
-  if tls then self.tls_error = frame end
+  if tls then
+    -- on a TLS connection an alert or a bad record; else the first bytes of
+    -- a plaintext connection were a TLS record
+    if self.tls then frame = io_err(self, frame) else self.tls_error = frame end
+  end
   return corr, frame, started
 end
 
 -- Reads on a plain luasocket connection go through an inbox: readv()
 -- on its descriptor straight into each frame (no copy in luasocket's
 -- buffers, no join of pieces). Every read then takes that path, for the
--- inbox's read-ahead to stay in order; TLS (LuaSec reads the descriptor
--- itself) turns it off before the first read.
+-- inbox's read-ahead to stay in order; TLS through LuaSec (which reads the
+-- descriptor itself) turns it off before the first read, TLS in C keeps it
+-- (the inbox decrypts into the frames).
 local function open_inbox(self)
   if not _M.direct_reads then return end
   local ok, core = pcall(require, "kafka.core")
   local fd = self.sock.getfd and self.sock:getfd()
   if not ok or not core.inbox or type(fd) ~= "number" or fd < 0 then return end
-  self.inbox = core.inbox(fd)
+  self.inbox, self.core = core.inbox(fd), core
   self.read_frame = inbox_read_frame
   -- and writes with sendmsg(): send() then takes a Produce frame in
   -- pieces (proto.encode_request's gather option, kafka.connection)
@@ -85,7 +95,7 @@ end
 
 -- LuaSec reports a timeout as "wantread"/"wantwrite"; any other error of
 -- a TLS connection (an alert, a bad record) is kept as its tls_error.
-local function io_err(self, err)
+function io_err(self, err)
   if err == "wantread" or err == "wantwrite" then return "timeout" end
   if self.tls and err ~= "timeout" and err ~= "closed" then
     self.tls_error = err
@@ -176,6 +186,19 @@ local function is_ip(host)
   return host:match("^%d+%.%d+%.%d+%.%d+$") ~= nil or host:find(":", 1, true) ~= nil
 end
 
+-- The trusted CAs of a tls config: ssl_ca_location, else the system's
+-- bundle; and whether it is a directory (hashed, c_rehash) or a file.
+local function ca_location(tls)
+  local ca = tls.ca
+  if not ca then
+    for _, p in ipairs(SYSTEM_CAS) do
+      if exists(p) then ca = p break end
+    end
+    if not ca then ca = "/etc/ssl/certs" end
+  end
+  return ca, exists(ca .. "/.") -- "dir/." opens only for a directory
+end
+
 -- The LuaSec context of a tls config (see kafka.options.security), made once.
 local function luasec_context(tls)
   if tls._ctx then return tls._ctx end
@@ -196,14 +219,8 @@ local function luasec_context(tls)
     key = tls.key,
     password = tls.key_password,
   }
-  local ca = tls.ca
-  if not ca then
-    for _, p in ipairs(SYSTEM_CAS) do
-      if exists(p) then ca = p break end
-    end
-    if not ca then ca = "/etc/ssl/certs" end
-  end
-  if exists(ca .. "/.") then params.capath = ca else params.cafile = ca end -- "dir/." opens only for a directory
+  local ca, dir = ca_location(tls)
+  if dir then params.capath = ca else params.cafile = ca end
   local ctx, err = ssl.newcontext(params)
   if not ctx then return nil, "TLS configuration: " .. tostring(err) end
   tls._ctx = ctx
@@ -222,8 +239,73 @@ local function verify_errors(errs)
   return table.concat(out, "; ")
 end
 
--- luasocket objects: LuaSec handshake, then the chain and the host name.
+-- The OpenSSL context (kafka.core.tls_context) of a tls config, made once:
+-- one SSL_CTX per client's security settings.
+local function openssl_context(tls, core)
+  if tls._octx then return tls._octx end
+  local ca, dir = ca_location(tls)
+  local ctx, err = core.tls_context { cafile = not dir and ca or nil, capath = dir and ca or nil,
+    certificate = tls.certificate, key = tls.key, key_password = tls.key_password, verify_chain = tls.verify_chain }
+  if not ctx then return nil, "TLS configuration: " .. tostring(err) end
+  tls._octx = ctx
+  return ctx
+end
+
+-- A failed handshake's message (both transports): a peer that closed or
+-- answered with something other than TLS is named as a plaintext listener.
+local function handshake_failed(self, host, port, err)
+  err = tostring(err)
+  if err == "closed" or err == "System error" or err:find("unexpected eof", 1, true)
+    or err:find("wrong version number", 1, true) or err:find("record layer failure", 1, true)
+    or err:find("packet length too long", 1, true) then
+    return ("TLS handshake with %s:%s failed: %s (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"):format(
+      host, tostring(port), err)
+  end
+  -- TLS 1.2: the refusal of a missing client certificate is a handshake alert
+  if not self.client_cert and err:find("alert", 1, true) and (err:find("certificate", 1, true)
+      or err:find("handshake failure", 1, true)) then
+    return ("TLS handshake with %s:%s failed: %s (the broker requires a client certificate? "
+      .. "ssl_certificate_location and ssl_key_location)"):format(host, tostring(port), err)
+  end
+  return ("TLS handshake with %s:%s failed: %s"):format(host, tostring(port), err)
+end
+
+local function not_trusted(host, port, tls, why)
+  return ("TLS: the certificate of %s:%s is not trusted: %s (ssl_ca_location: %s)"):format(host, tostring(port),
+    why, tostring(tls.ca or "the system's CAs"))
+end
+
+local function host_mismatch(host, port)
+  return ("TLS: host name mismatch: the certificate of %s:%s is not valid for %q "
+    .. "(ssl_endpoint_identification = \"none\" turns the check off)"):format(host, tostring(port), host)
+end
+
+-- luasocket objects with the inbox: the handshake in C (csrc/tls.c),
+-- verified there; the inbox then decrypts every response into its frame.
+local function openssl_handshake(self, host, port, tls, timeout_ms)
+  local ctx, err = openssl_context(tls, self.core)
+  if not ctx then return nil, err end
+  self.tls, self.tls_transport = true, "openssl"
+  self.client_cert = tls.certificate ~= nil
+  local ok, kind, depth
+  ok, err, kind, depth = self.inbox:starttls(ctx, host, tls.verify_host, timeout_ms)
+  if ok then return true end
+  if kind == "timeout" then
+    return nil, ("TLS handshake with %s:%s timed out (is it a TLS listener?)"):format(host, tostring(port))
+  elseif kind == "verify" then
+    return nil, not_trusted(host, port, tls, ("%s (depth %d)"):format(err, depth))
+  elseif kind == "host" then
+    return nil, host_mismatch(host, port)
+  end
+  return nil, handshake_failed(self, host, port, err)
+end
+
+-- luasocket objects: TLS in C on the inbox (the default), or the LuaSec
+-- handshake, then the chain and the host name.
 function ls_mt:tls_handshake(host, port, tls, timeout_ms)
+  if tls.transport ~= "luasec" and self.inbox and self.core and self.core.tls_context then
+    return openssl_handshake(self, host, port, tls, timeout_ms)
+  end
   local ctx, err = luasec_context(tls)
   if not ctx then return nil, err end
   local conn
@@ -231,7 +313,7 @@ function ls_mt:tls_handshake(host, port, tls, timeout_ms)
   conn, err = ssl.wrap(self.sock, ctx)
   if not conn then return nil, "TLS: " .. tostring(err) end
   self.sock = conn
-  self.tls = true
+  self.tls, self.tls_transport = true, "luasec"
   self.client_cert = tls.certificate ~= nil
   if not is_ip(host) then conn:sni(host) end
   conn:settimeout(timeout_ms and timeout_ms / 1000 or nil)
@@ -240,28 +322,19 @@ function ls_mt:tls_handshake(host, port, tls, timeout_ms)
   if not ok then
     if err == "wantread" or err == "wantwrite" then
       return nil, ("TLS handshake with %s:%s timed out (is it a TLS listener?)"):format(host, tostring(port))
-    elseif err == "closed" or err == "System error" or tostring(err):find("unexpected eof", 1, true)
-      or tostring(err):find("wrong version number", 1, true) or tostring(err):find("record layer failure", 1, true)
-      or tostring(err):find("packet length too long", 1, true) then
-      return nil, ("TLS handshake with %s:%s failed: %s (is it a PLAINTEXT or SASL_PLAINTEXT listener?)"):format(
-        host, tostring(port), tostring(err))
     end
-    return nil, ("TLS handshake with %s:%s failed: %s"):format(host, tostring(port), tostring(err))
+    return nil, handshake_failed(self, host, port, err)
   end
   local verified, errs = conn:getpeerverification()
   if not verified and tls.verify_chain then
-    return nil, ("TLS: the certificate of %s:%s is not trusted: %s (ssl_ca_location: %s)"):format(host, tostring(port),
-      verify_errors(errs), tostring(tls.ca or "the system's CAs"))
+    return nil, not_trusted(host, port, tls, verify_errors(errs))
   end
   if tls.verify_host then
     local cert = conn:getpeercertificate()
     if not cert then return nil, ("TLS: %s:%s sent no certificate"):format(host, tostring(port)) end
     local match, cerr = require("kafka.proto").crypto.check_host(cert:pem(), host)
     if match == nil then return nil, "TLS: " .. tostring(cerr) end
-    if not match then
-      return nil, ("TLS: host name mismatch: the certificate of %s:%s is not valid for %q "
-        .. "(ssl_endpoint_identification = \"none\" turns the check off)"):format(host, tostring(port), host)
-    end
+    if not match then return nil, host_mismatch(host, port) end
   end
   return true
 end
