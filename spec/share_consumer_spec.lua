@@ -1,0 +1,300 @@
+-- kafka.share_consumer (KIP-932 share groups, "Kafka queues") against a real
+-- Kafka 4.4.0 broker: records written by Kafka's Java producer, read by
+-- lua-kafka share consumers and by Kafka's Java KafkaShareConsumer
+-- (Peer.java's share mode, kafka-clients 4.4.0) in one group. Checked
+-- exactly: which offsets each member got, with which delivery count, how
+-- each acknowledgement was answered. The first Lua of make test runs it.
+local share = require "kafka.share_consumer"
+local H = require "support.helpers"
+local rk = require "support.realkafka"
+local socket = require "socket"
+
+local V = os.getenv("KAFKA_SHARE_VERSION") or "4.4.0"
+
+if not rk.main() then return end
+
+describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
+  if H.lite() then
+    pending("the first Lua of make test runs it (a broker of its own)")
+    return
+  end
+
+  local k, bs
+  local n_topic = 0
+  setup(function()
+    -- the coordinator's heartbeat interval at 1 s (default 5 s)
+    k = rk.cluster(V, 1, V .. "-share", { ["group.share.heartbeat.interval.ms"] = "1000",
+      ["group.share.min.heartbeat.interval.ms"] = "1000" })
+    bs = k.bootstrap.PLAINTEXT
+  end)
+
+  -- A topic of one partition with n records from Java's producer; the group
+  -- starts at the earliest offset (share.auto.offset.reset, a group config
+  -- set through Java's AdminClient; the default is latest).
+  local function fresh(n, g)
+    n_topic = n_topic + 1
+    local topic = ("share-%d-%d"):format(os.time(), n_topic)
+    local lines = rk.java({ "create", topic, 1, 1, "+", "alter-config", "group", g, "set",
+      "share.auto.offset.reset", "earliest", "+", "produce", topic, n, "none", "idempotent" },
+      { bootstrap = bs, version = V })
+    local acks = 0
+    for _, l in ipairs(lines) do if l:match("^ACK 0 ") then acks = acks + 1 end end
+    assert.are.equal(n, acks)
+    return topic
+  end
+
+  local function new(g, opts)
+    opts = opts or {}
+    opts.group_id = g
+    return share.new({ brokers = bs }, opts)
+  end
+
+  -- polls the consumers in turn until done() or the deadline (s)
+  local function poll_until(cs, secs, each, done)
+    local stop = socket.gettime() + secs
+    while not done() do
+      assert(socket.gettime() < stop, "deadline passed")
+      for i, c in ipairs(cs) do
+        local recs, err = c:poll(200)
+        assert(recs, err)
+        for _, r in ipairs(recs) do each(i, r) end
+      end
+    end
+  end
+
+  local function count(t)
+    local n = 0
+    for _ in pairs(t) do n = n + 1 end
+    return n
+  end
+
+  it("two members on one partition: every record delivered, each accepted once", function()
+    local g = "share-two-" .. os.time()
+    local N = 400
+    local topic = fresh(N, g)
+    local states = {}
+    local c1 = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 50,
+      on_state = function(a, b) states[#states + 1] = a .. ">" .. b end })
+    local c2 = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 50 })
+    c1:subscribe { topic }
+    c2:subscribe { topic }
+    local accepted, by = {}, { 0, 0 }
+    local results = {}
+    poll_until({ c1, c2 }, 30, function(i, r)
+      assert.are.equal(topic, r.topic)
+      assert.are.equal(0, r.partition)
+      assert.are.equal(1, r.delivery_count)
+      assert.are.equal("k" .. r.offset, r.key)
+      assert.is_nil(accepted[r.offset])
+      accepted[r.offset] = i
+      by[i] = by[i] + 1
+      ;({ c1, c2 })[i]:acknowledge(r, "accept")
+    end, function()
+      for _, c in ipairs { c1, c2 } do
+        for _, x in ipairs(c:commit_sync(5000)) do results[#results + 1] = x end
+      end
+      return count(accepted) == N
+    end)
+    for o = 0, N - 1 do assert.is_truthy(accepted[o], "offset " .. o) end
+    local acked = 0
+    for _, x in ipairs(results) do
+      assert.are.same({ topic, 0, 0 }, { x.topic, x.partition, x.error_code })
+      acked = acked + x.offsets
+    end
+    assert.are.equal(N, acked)
+    local _, info = c1:state()
+    assert.are.same({ { topic = topic, partition = 0 } }, info.assignment)
+    c1:close()
+    c2:close()
+    assert.are.same({ "unjoined>joining", "joining>stable", "stable>leaving", "leaving>left" }, states)
+    -- nothing is left for a newcomer: every record was accepted
+    local c3 = new(g)
+    c3:subscribe { topic }
+    local late = {}
+    local stop = socket.gettime() + 3
+    while socket.gettime() < stop do
+      for _, r in ipairs(assert(c3:poll(300))) do late[#late + 1] = r.offset end
+    end
+    c3:close()
+    assert.are.same({}, late)
+    print(("    two members: %d and %d records"):format(by[1], by[2]))
+  end)
+
+  it("released records come back with delivery_count 2, rejected ones never", function()
+    local g = "share-rel-" .. os.time()
+    local N = 30
+    local topic = fresh(N, g)
+    local c = new(g, { share_acknowledgement_mode = "explicit" })
+    c:subscribe { topic }
+    local first, second = {}, {}
+    poll_until({ c }, 20, function(_, r)
+      if r.delivery_count == 1 then
+        assert.is_nil(first[r.offset])
+        first[r.offset] = true
+        -- offsets 0, 3, 6 ... released, 1, 4, 7 ... rejected, the others accepted
+        c:acknowledge(r, ({ "release", "reject", "accept" })[r.offset % 3 + 1])
+      else
+        second[#second + 1] = r.offset .. "/" .. r.delivery_count
+        c:acknowledge(r, "accept")
+      end
+    end, function() return count(first) == N and #second == N / 3 end)
+    table.sort(second, function(a, b) return tonumber(a:match("%d+")) < tonumber(b:match("%d+")) end)
+    local want = {}
+    for o = 0, N - 1, 3 do want[#want + 1] = o .. "/2" end
+    assert.are.same(want, second)
+    -- the rejected ones (and the accepted) do not come again
+    local late = {}
+    local stop = socket.gettime() + 2
+    while socket.gettime() < stop do
+      for _, r in ipairs(assert(c:poll(300))) do late[#late + 1] = r.offset end
+    end
+    assert.are.same({}, late)
+    c:close()
+  end)
+
+  it("implicit mode: each poll accepts the previous poll's records, close the last", function()
+    local g = "share-impl-" .. os.time()
+    local N = 120
+    local topic = fresh(N, g)
+    local c = new(g, { max_poll_records = 40 })
+    c:subscribe { topic }
+    local got, polls = {}, 0
+    poll_until({ c }, 20, function(_, r)
+      assert.are.equal(1, r.delivery_count)
+      assert.is_nil(got[r.offset])
+      got[r.offset] = true
+    end, function() polls = polls + 1 return count(got) == N end)
+    assert.has_error(function() c:acknowledge({ topic = topic, partition = 0, offset = 0 }, "accept") end)
+    c:close()
+    -- nothing comes back to another member: all were accepted
+    local c2 = new(g)
+    c2:subscribe { topic }
+    local late = {}
+    local stop = socket.gettime() + 3
+    while socket.gettime() < stop do
+      for _, r in ipairs(assert(c2:poll(300))) do late[#late + 1] = r.offset .. "/" .. r.delivery_count end
+    end
+    c2:close()
+    assert.are.same({}, late)
+  end)
+
+  it("close releases what the member holds: another member gets it", function()
+    local g = "share-close-" .. os.time()
+    local N = 20
+    local topic = fresh(N, g)
+    local c1 = new(g, { share_acknowledgement_mode = "explicit" })
+    c1:subscribe { topic }
+    local held = {}
+    poll_until({ c1 }, 20, function(_, r)
+      -- the first 5 accepted, the rest held without an acknowledgement
+      if r.offset < 5 then c1:acknowledge(r, "accept") else held[r.offset] = true end
+    end, function() return count(held) == N - 5 end)
+    c1:close()
+    local c2 = new(g, { share_acknowledgement_mode = "explicit" })
+    c2:subscribe { topic }
+    local again = {}
+    poll_until({ c2 }, 20, function(_, r)
+      again[#again + 1] = r.offset .. "/" .. r.delivery_count
+      c2:acknowledge(r, "accept")
+    end, function() return #again >= N - 5 end)
+    c2:commit_sync(5000)
+    table.sort(again, function(a, b) return tonumber(a:match("%d+")) < tonumber(b:match("%d+")) end)
+    local want = {}
+    for o = 5, N - 1 do want[#want + 1] = o .. "/2" end
+    assert.are.same(want, again)
+    c2:close()
+  end)
+
+  it("fenced member rejoins, a lost share session is opened again", function()
+    local g = "share-fence-" .. os.time()
+    local N = 20
+    local topic = fresh(N, g)
+    local states = {}
+    local c = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 5,
+      on_state = function(a, b) states[#states + 1] = a .. ">" .. b end })
+    c:subscribe { topic }
+    local got = {}
+    poll_until({ c }, 20, function(_, r)
+      got[#got + 1] = r
+    end, function() return #got > 0 end)
+    -- an epoch the coordinator never gave: FENCED_MEMBER_EPOCH, the member rejoins
+    c.member.epoch = c.member.epoch + 100
+    c.member.hb_next = 0
+    -- a session epoch the broker does not expect: INVALID_SHARE_SESSION_EPOCH, a new session
+    local node, s = next(c.sessions)
+    s.epoch = s.epoch + 7
+    for _, r in ipairs(got) do c:acknowledge(r, "accept") end
+    local more = {}
+    poll_until({ c }, 20, function(_, r)
+      more[#more + 1] = r
+      c:acknowledge(r, "accept")
+    end, function() return #got + #more == N and c.member.fenced == 1 and c:state() == "stable" end)
+    assert.are.equal(1, c.member.fenced)
+    assert.are.same({ "unjoined>joining", "joining>stable", "stable>fenced", "fenced>unjoined",
+      "unjoined>joining", "joining>stable" }, states)
+    for _, r in ipairs(more) do assert.are.equal(1, r.delivery_count) end
+    local res = c:commit_sync(5000)
+    assert.are.same(0, res[1] and res[1].error_code)
+    assert.is_truthy(c.sessions[node].epoch > 0)
+    c:close()
+  end)
+
+  it("a mixed group with Kafka's Java KafkaShareConsumer: each record delivered once in total", function()
+    local g = "share-java-" .. os.time()
+    local N = 600
+    local topic = fresh(0, g)
+    local java = rk.java_bg({ "share", topic, g, 60, "%STOP%" }, { bootstrap = bs, version = V })
+    local ok, err = pcall(function()
+      local c = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 20 })
+      c:subscribe { topic }
+      -- both members in the group before the records come
+      local stop = socket.gettime() + 30
+      repeat
+        assert(c:poll(200))
+        local joined = false
+        for _, l in ipairs(java.lines()) do if l == "JOINED" then joined = true end end
+      until (joined and c:state() == "stable") or socket.gettime() > stop
+      rk.java({ "produce", topic, N, "none", "idempotent" }, { bootstrap = bs, version = V })
+      local lua_got, java_got = {}, {}
+      local function java_recs(lines)
+        java_got = {}
+        for _, l in ipairs(lines or java.lines()) do
+          local o, dc = l:match("^REC 0 (%d+) (%d+)")
+          if o then java_got[#java_got + 1] = tonumber(o) .. "/" .. dc end
+        end
+      end
+      poll_until({ c }, 40, function(_, r)
+        lua_got[#lua_got + 1] = r.offset .. "/" .. r.delivery_count
+        c:acknowledge(r, "accept")
+        -- a little work per record, so the Java member takes its share
+        socket.sleep(0.002)
+      end, function()
+        java_recs()
+        return #lua_got + #java_got >= N
+      end)
+      c:commit_sync(5000)
+      c:close()
+      java.stop()
+      local lines = java.wait(30)
+      java_recs(lines)
+      -- Java's acknowledgement callback saw every one of its records accepted
+      local acked = 0
+      for _, l in ipairs(lines) do
+        assert.is_nil(l:match("^ACKFAIL"), l)
+        local offs = l:match("^ACKED 0(.*)")
+        if offs then for _ in offs:gmatch("%d+") do acked = acked + 1 end end
+      end
+      assert.are.equal(#java_got, acked)
+      local all = {}
+      for _, x in ipairs(lua_got) do all[#all + 1] = x end
+      for _, x in ipairs(java_got) do all[#all + 1] = x end
+      table.sort(all, function(a, b) return tonumber(a:match("%d+")) < tonumber(b:match("%d+")) end)
+      local want = {}
+      for o = 0, N - 1 do want[#want + 1] = o .. "/1" end
+      assert.are.same(want, all)
+      print(("    mixed group: lua-kafka %d, Java %d records"):format(#lua_got, #java_got))
+    end)
+    if not ok then java.kill() end
+    assert(ok, err)
+  end)
+end)
