@@ -22,21 +22,27 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
   local k, bs
   local n_topic = 0
   setup(function()
-    -- the coordinator's heartbeat interval at 1 s (default 5 s)
+    -- the coordinator's heartbeat interval at 1 s (default 5 s); record locks
+    -- may be as short as 1 s (a group's share.record.lock.duration.ms)
     k = rk.cluster(V, 1, V .. "-share", { ["group.share.heartbeat.interval.ms"] = "1000",
-      ["group.share.min.heartbeat.interval.ms"] = "1000" })
+      ["group.share.min.heartbeat.interval.ms"] = "1000", ["group.share.min.record.lock.duration.ms"] = "1000" })
     bs = k.bootstrap.PLAINTEXT
   end)
 
   -- A topic of one partition with n records from Java's producer; the group
   -- starts at the earliest offset (share.auto.offset.reset, a group config
-  -- set through Java's AdminClient; the default is latest).
-  local function fresh(n, g)
+  -- set through Java's AdminClient; the default is latest); cfg: more
+  -- group configs.
+  local function fresh(n, g, cfg)
     n_topic = n_topic + 1
     local topic = ("share-%d-%d"):format(os.time(), n_topic)
-    local lines = rk.java({ "create", topic, 1, 1, "+", "alter-config", "group", g, "set",
-      "share.auto.offset.reset", "earliest", "+", "produce", topic, n, "none", "idempotent" },
-      { bootstrap = bs, version = V })
+    local args = { "create", topic, 1, 1, "+", "alter-config", "group", g, "set",
+      "share.auto.offset.reset", "earliest" }
+    for name, v in pairs(cfg or {}) do
+      for _, a in ipairs { "+", "alter-config", "group", g, "set", name, v } do args[#args + 1] = a end
+    end
+    for _, a in ipairs { "+", "produce", topic, n, "none", "idempotent" } do args[#args + 1] = a end
+    local lines = rk.java(args, { bootstrap = bs, version = V })
     local acks = 0
     for _, l in ipairs(lines) do if l:match("^ACK 0 ") then acks = acks + 1 end end
     assert.are.equal(n, acks)
@@ -205,13 +211,78 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     c2:close()
   end)
 
+  it("renew keeps records past their lock (Kafka 4.2+), then accept", function()
+    local g = "share-renew-" .. os.time()
+    local N = 10
+    local topic = fresh(N, g, { ["share.record.lock.duration.ms"] = "2000", ["share.renew.acknowledge.enable"] = "true" })
+    local seen = {}
+    local c1 = new(g, { share_acknowledgement_mode = "explicit",
+      on_acknowledgement_commit = function(res) for _, x in ipairs(res) do seen[#seen + 1] = x end end })
+    local c2 = new(g, { share_acknowledgement_mode = "explicit" })
+    c1:subscribe { topic }
+    local recs = {}
+    poll_until({ c1 }, 20, function(_, r) recs[#recs + 1] = r end, function() return #recs == N end)
+    c2:subscribe { topic }
+    -- 5 s, three times the lock: c1 renews every 0.6 s, c2 gets nothing
+    local stop, rounds = socket.gettime() + 5, 0
+    while socket.gettime() < stop do
+      rounds = rounds + 1
+      for _, r in ipairs(recs) do assert.is_true(c1:acknowledge(r, "renew")) end
+      if rounds % 2 == 1 then
+        assert.are.same({ { topic = topic, partition = 0, offsets = N, error_code = 0 } }, c1:commit_sync(5000))
+      else
+        assert.are.same({}, assert(c1:poll(0)))
+      end
+      local t = socket.gettime() + 0.6
+      while socket.gettime() < t do assert.are.same({}, assert(c2:poll(200))) end
+    end
+    for _, r in ipairs(recs) do c1:acknowledge(r, "accept") end
+    assert.are.same({ { topic = topic, partition = 0, offsets = N, error_code = 0 } }, c1:commit_sync(5000))
+    -- every renewal (those poll sent too) and the accept answered, each without error
+    assert.are.equal(rounds + 1, #seen)
+    for _, x in ipairs(seen) do assert.are.same({ topic, 0, N, 0 }, { x.topic, x.partition, x.offsets, x.error_code }) end
+    local stop2 = socket.gettime() + 1.5
+    while socket.gettime() < stop2 do assert.are.same({}, assert(c2:poll(300))) end
+    c1:close()
+    c2:close()
+  end)
+
+  it("an acknowledgement the broker refuses is reported for its partition", function()
+    local g = "share-refused-" .. os.time()
+    local N = 10
+    local topic = fresh(N, g)
+    local c1 = new(g, { share_acknowledgement_mode = "explicit" })
+    local c2 = new(g, { share_acknowledgement_mode = "explicit" })
+    c1:subscribe { topic }
+    local recs = {}
+    poll_until({ c1 }, 20, function(_, r) recs[#recs + 1] = r end, function() return #recs == N end)
+    c2:subscribe { topic }
+    -- c2 joins and opens its share session (c1 holds every record: it gets none)
+    poll_until({ c2 }, 20, function() error("c2 got a record c1 holds") end, function()
+      local _, s = next(c2.sessions)
+      return s and s.epoch > 0
+    end)
+    -- c2 acknowledges a record c1 holds (as if it were its own): the broker refuses
+    local pk = next(c1.held)
+    c2.held[pk] = { info = c1.held[pk].info, offsets = { [recs[1].offset] = true } }
+    c2:acknowledge(recs[1], "accept")
+    assert.are.same({ { topic = topic, partition = 0, offsets = 1, error_code = 121, error = "INVALID_RECORD_STATE" } },
+      c2:commit_sync(5000))
+    for _, r in ipairs(recs) do c1:acknowledge(r, "accept") end
+    assert.are.same({ { topic = topic, partition = 0, offsets = N, error_code = 0 } }, c1:commit_sync(5000))
+    c1:close()
+    c2:close()
+  end)
+
   it("fenced member rejoins, a lost share session is opened again", function()
     local g = "share-fence-" .. os.time()
     local N = 20
     local topic = fresh(N, g)
     local states = {}
+    local acked = {}
     local c = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 5,
-      on_state = function(a, b) states[#states + 1] = a .. ">" .. b end })
+      on_state = function(a, b) states[#states + 1] = a .. ">" .. b end,
+      on_acknowledgement_commit = function(res) for _, x in ipairs(res) do acked[#acked + 1] = x end end })
     c:subscribe { topic }
     local got = {}
     poll_until({ c }, 20, function(_, r)
@@ -233,8 +304,15 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     assert.are.same({ "unjoined>joining", "joining>stable", "stable>fenced", "fenced>unjoined",
       "unjoined>joining", "joining>stable" }, states)
     for _, r in ipairs(more) do assert.are.equal(1, r.delivery_count) end
-    local res = c:commit_sync(5000)
-    assert.are.same(0, res[1] and res[1].error_code)
+    c:commit_sync(5000)
+    -- every acknowledgement answered without error, each record once (those
+    -- refused with the session were sent again)
+    local n = 0
+    for _, x in ipairs(acked) do
+      assert.are.same({ topic, 0, 0 }, { x.topic, x.partition, x.error_code })
+      n = n + x.offsets
+    end
+    assert.are.equal(N, n)
     assert.is_truthy(c.sessions[node].epoch > 0)
     c:close()
   end)
@@ -243,7 +321,9 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     local g = "share-java-" .. os.time()
     local N = 600
     local topic = fresh(0, g)
-    local java = rk.java_bg({ "share", topic, g, 60, "%STOP%" }, { bootstrap = bs, version = V })
+    -- (both members take at most 20 records a fetch, so both get some)
+    local java = rk.java_bg({ "share", topic, g, 60, "%STOP%" }, { bootstrap = bs, version = V,
+      props = { ["max.poll.records"] = "20" } })
     local ok, err = pcall(function()
       local c = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 20 })
       c:subscribe { topic }
@@ -266,8 +346,6 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
       poll_until({ c }, 40, function(_, r)
         lua_got[#lua_got + 1] = r.offset .. "/" .. r.delivery_count
         c:acknowledge(r, "accept")
-        -- a little work per record, so the Java member takes its share
-        socket.sleep(0.002)
       end, function()
         java_recs()
         return #lua_got + #java_got >= N
@@ -292,6 +370,8 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
       local want = {}
       for o = 0, N - 1 do want[#want + 1] = o .. "/1" end
       assert.are.same(want, all)
+      -- (a mixed group: each member got some)
+      assert.is_true(#lua_got > 0 and #java_got > 0)
       print(("    mixed group: lua-kafka %d, Java %d records"):format(#lua_got, #java_got))
     end)
     if not ok then java.kill() end

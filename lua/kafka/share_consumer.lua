@@ -37,7 +37,7 @@ local RAW = { raw_records = true } -- records decoded here, against the acquired
 
 --- The acknowledge types of the protocol (AcknowledgeTypes: 0 is a gap,
 -- an offset with no record, which the consumer acknowledges itself).
-_M.ACK = { gap = 0, accept = 1, release = 2, reject = 3 }
+_M.ACK = { gap = 0, accept = 1, release = 2, reject = 3, renew = 4 }
 local ACK = _M.ACK
 
 -- Partition errors after which the partition's leader is looked up again.
@@ -97,6 +97,7 @@ function _M.new(client_or_opts, opts)
     pool = {},        -- node id -> connection: share sessions on connections of their own
     held = {},        -- partition key -> {info=, offsets = {[offset] = true}}: delivered, not acknowledged
     pending = {},     -- partition key -> {info=, acks = {[offset] = type}}: acknowledged, not sent yet
+    renews = {},      -- the same for renewals (still held)
     buffered = {},    -- records acquired but not returned yet (a fetch answered during commit)
     last = nil,       -- the records of the last poll (implicit mode accepts them at the next)
     closed = false,
@@ -132,15 +133,18 @@ end
 
 local function pkey(topic, partition) return session_mod.key(topic, partition) end
 
--- Queues an acknowledgement (the record leaves `held`).
+-- Queues an acknowledgement (the record leaves `held`; a renewal keeps it
+-- there and waits in `renews`, sent in a request of its own).
 local function queue_ack(self, info, offset, t)
   local k = pkey(info.topic, info.partition)
-  local p = self.pending[k]
+  local map = t == ACK.renew and self.renews or self.pending
+  local p = map[k]
   if not p then
     p = { info = info, acks = {} }
-    self.pending[k] = p
+    map[k] = p
   end
   p.acks[offset] = t
+  if t == ACK.renew then return end
   local h = self.held[k]
   if h then
     h.offsets[offset] = nil
@@ -168,27 +172,27 @@ local function batches(acks)
 end
 _M._batches = batches
 
--- The pending acknowledgements for one node, taken out of `pending`:
--- key -> {topic=, partition=, topic_id=, node_id=, batches=, acks=}.
-local function take_acks(self, node_id)
+-- The acknowledgements waiting for one node, taken out of map (`pending`
+-- or `renews`): key -> {topic=, partition=, topic_id=, node_id=, batches=, acks=}.
+local function take_acks(map, node_id)
   local out = {}
-  for k, p in pairs(self.pending) do
+  for k, p in pairs(map) do
     if p.info.node_id == node_id then
       out[k] = { topic = p.info.topic, partition = p.info.partition, topic_id = p.info.topic_id,
         node_id = node_id, batches = batches(p.acks), acks = p.acks, info = p.info }
-      self.pending[k] = nil
+      map[k] = nil
     end
   end
   return out
 end
 
--- Acknowledgements whose request failed go back to `pending` (unless newer ones replaced them).
-local function requeue(self, sent)
+-- Acknowledgements whose request failed go back to map (unless newer ones replaced them).
+local function requeue(map, sent)
   for k, a in pairs(sent) do
-    local p = self.pending[k]
+    local p = map[k]
     if not p then
       p = { info = a.info, acks = {} }
-      self.pending[k] = p
+      map[k] = p
     end
     for o, t in pairs(a.acks) do
       if p.acks[o] == nil then p.acks[o] = t end
@@ -196,10 +200,10 @@ local function requeue(self, sent)
   end
 end
 
-local function report(self, results)
+-- The outcome goes to the callback, and to the commit_sync/close that sent it (collect).
+local function report(self, results, collect)
   if #results == 0 then return end
-  local r = self.ack_results
-  if r then for _, x in ipairs(results) do r[#r + 1] = x end end
+  if collect then for _, x in ipairs(results) do collect[#collect + 1] = x end end
   if self.on_ack_commit then self.on_ack_commit(results) end
 end
 
@@ -294,14 +298,14 @@ local function answered(self, s, resp, err, code, out)
   if not resp then
     -- the connection failed: the broker dropped the session with it
     s:reset()
-    requeue(self, r.acks)
+    requeue(r.map, r.acks)
     self.fetch_error = { err, code }
     return
   end
   local ec = resp.error_code
   if ec ~= errors.NONE then
     s:reset()
-    requeue(self, r.acks)
+    requeue(r.map, r.acks)
     if not SESSION_GONE[ec] then
       if ec == errors.UNKNOWN_MEMBER_ID or ec == errors.FENCED_MEMBER_EPOCH then self.member.hb_next = 0 end
       self.fetch_error = { ("%s: %s"):format(r.api_name, errors.info(ec).name), "kafka", ec }
@@ -339,7 +343,7 @@ local function answered(self, s, resp, err, code, out)
   end
   local results = ack_results(r.acks, codes)
   r.results = results
-  report(self, results)
+  report(self, results, r.collect)
 end
 
 -- Sends one request on a session: ShareFetch (fetch true) or ShareAcknowledge.
@@ -350,28 +354,26 @@ local function send(self, s, want, deadline, o)
     s:reset()
     return nil, err, code
   end
-  local acks = take_acks(self, s.node_id)
+  local map = o.renew and self.renews or self.pending
+  local acks = take_acks(map, s.node_id)
   local topics, forgotten, sent
   if s.epoch == 0 then
     -- a request opening a session carries no acknowledgements
-    requeue(self, acks)
+    requeue(map, acks)
     acks = {}
   end
-  if o.fetch then
-    topics, forgotten, sent = s:topics(want, acks)
-  else
-    topics, forgotten, sent = s:topics(want, acks)
-    forgotten = nil
-  end
+  -- (ShareAcknowledge forgets nothing: want is what the session has)
+  topics, forgotten, sent = s:topics(want, acks)
+  if not o.fetch then forgotten = nil end
   -- acknowledgements not sent (their partition is not in this request) stay pending
   local rest = {}
   for k, a in pairs(acks) do if not sent[k] then rest[k] = a end end
-  requeue(self, rest)
+  requeue(map, rest)
   local api = o.fetch and API.ShareFetch or API.ShareAcknowledge
   local v
   v, err, code = conn:version(api)
   if not v then
-    requeue(self, sent)
+    requeue(map, sent)
     return nil, err, code
   end
   local epoch = o.closing and -1 or s.epoch
@@ -383,18 +385,18 @@ local function send(self, s, want, deadline, o)
       is_renew_ack = false, topics = topics, forgotten_topics_data = forgotten }
   else
     body = { group_id = self.group_id, member_id = self.member.member_id, share_session_epoch = epoch,
-      is_renew_ack = false, topics = topics }
+      is_renew_ack = o.renew or false, topics = topics }
   end
   local corr
   corr, err, code = conn:send(api, v, body, { deadline = deadline, timeout_ms = o.fetch and o.max_wait_ms or 0,
     decode = RAW })
   if not corr then
-    requeue(self, sent)
+    requeue(map, sent)
     s:reset()
     return nil, err, code
   end
   s.req = { conn = conn, corr = corr, api = api, api_name = o.fetch and "ShareFetch" or "ShareAcknowledge",
-    acks = sent, closing = o.closing }
+    acks = sent, closing = o.closing, map = map, collect = o.collect }
   return s.req
 end
 
@@ -414,6 +416,23 @@ local function await(self, s, deadline, out)
   if not resp and code == "timeout" and r.conn:waiting(r.corr) then return false end
   answered(self, s, resp, err, code, out)
   return true, r
+end
+
+-- Renewals go in a ShareAcknowledge of their own (is_renew_ack: the broker
+-- extends the records' locks, they stay acquired), answered before the next fetch.
+local function send_renews(self, deadline, out, collect)
+  if next(self.renews) == nil then return end
+  local nodes = {}
+  for _, p in pairs(self.renews) do nodes[p.info.node_id] = true end
+  for node_id in pairs(nodes) do
+    local s = session(self, node_id)
+    if s.req then await(self, s, deadline, out) end
+    if not s.req and s.epoch > 0 then
+      local want = {}
+      for _, tp in pairs(s.parts) do want[#want + 1] = tp end
+      if send(self, s, want, deadline, { renew = true, collect = collect }) then await(self, s, deadline, out) end
+    end
+  end
 end
 
 -- One fetch round: a ShareFetch to each leader of an assigned partition
@@ -464,6 +483,7 @@ function _M:poll(timeout_ms)
   local out = self.buffered
   self.buffered = {}
   self.fetch_error = nil
+  send_renews(self, deadline, out)
   local m = self.member
   repeat
     m:step(deadline)
@@ -486,10 +506,14 @@ function _M:poll(timeout_ms)
 end
 
 --- Acknowledges a record of a poll (explicit mode): "accept" (done), "release"
--- (deliver it again, to this member or another), "reject" (never deliver it again).
--- Sent with the next poll's ShareFetch, or commit_sync/commit_async.
+-- (deliver it again, to this member or another), "reject" (never deliver it again),
+-- "renew" (keep it longer: its acquisition lock starts again; brokers with
+-- ShareAcknowledge v2, Kafka 4.2+; the record stays to be acknowledged).
+-- Sent with the next poll's ShareFetch (renewals: a ShareAcknowledge before it),
+-- or commit_sync/commit_async.
 -- @tparam table rec a record poll returned
 -- @tparam[opt="accept"] string ack_type
+-- @return true, or nil, err, "unsupported" (renew, on a broker without it)
 function _M:acknowledge(rec, ack_type)
   if self.closed then error("acknowledge: the share consumer is closed", 2) end
   if self.mode ~= "explicit" then
@@ -497,7 +521,7 @@ function _M:acknowledge(rec, ack_type)
   end
   ack_type = ack_type or "accept"
   local t = ACK[ack_type]
-  if not t or t == ACK.gap then check.fail("acknowledge", "type", '"accept", "release" or "reject"', ack_type) end
+  if not t or t == ACK.gap then check.fail("acknowledge", "type", '"accept", "release", "reject" or "renew"', ack_type) end
   if type(rec) ~= "table" or type(rec.topic) ~= "string" or type(rec.offset) ~= "number" then
     check.fail("acknowledge", "record", "a record poll returned", rec)
   end
@@ -506,12 +530,21 @@ function _M:acknowledge(rec, ack_type)
     error(("acknowledge: %s/%s offset %s is not held by this consumer (acknowledged already, or not from a poll)")
       :format(rec.topic, tostring(rec.partition), tostring(rec.offset)), 2)
   end
+  if t == ACK.renew then
+    local c = self.pool[h.info.node_id]
+    local v = c and c:is_connected() and c:version(API.ShareAcknowledge)
+    if not v or v < 2 then
+      return nil, ("acknowledge: renew needs ShareAcknowledge v2 (Kafka 4.2+), which %s does not speak"):format(
+        c and c:name() or ("broker " .. tostring(h.info.node_id))), "unsupported"
+    end
+  end
   queue_ack(self, h.info, rec.offset, t)
+  return true
 end
 
 -- Sends the pending acknowledgements with ShareAcknowledge (closing: epoch
 -- -1, the sessions end); returns the requests sent, by session.
-local function flush(self, deadline, closing, out)
+local function flush(self, deadline, closing, out, collect)
   -- a request in flight is answered first (the epochs go in order)
   for _, s in pairs(self.sessions) do
     if s.req then
@@ -531,15 +564,15 @@ local function flush(self, deadline, closing, out)
     local s = session(self, node_id)
     if s.epoch == 0 then
       -- no session with this broker (it was lost): the acknowledgements cannot go
-      local acks = take_acks(self, node_id)
-      if not closing then requeue(self, acks) end
+      local acks = take_acks(self.pending, node_id)
+      if not closing then requeue(self.pending, acks) end
       for _, x in ipairs(ack_results(acks, setmetatable({}, { __index = function() return errors.SHARE_SESSION_NOT_FOUND end }))) do
         failed[#failed + 1] = x
       end
     else
       local want = {}
       for _, tp in pairs(s.parts) do want[#want + 1] = tp end
-      local r = send(self, s, want, deadline, { fetch = false, closing = closing })
+      local r = send(self, s, want, deadline, { fetch = false, closing = closing, collect = collect })
       if r then sent[#sent + 1] = { s = s, r = r } end
     end
   end
@@ -553,9 +586,10 @@ end
 function _M:commit_sync(timeout_ms)
   if self.closed then error("commit_sync: the share consumer is closed", 2) end
   local deadline = self.client.now() + (timeout_ms or self.client.default_api_timeout_ms)
+  accept_last(self)
   local results = {}
-  self.ack_results = results
-  local sent, failed = flush(self, deadline, false, self.buffered)
+  send_renews(self, deadline, self.buffered, results)
+  local sent, failed = flush(self, deadline, false, self.buffered, results)
   for _, x in ipairs(failed) do results[#results + 1] = x end
   for _, q in ipairs(sent) do
     if q.s.req == q.r and not await(self, q.s, deadline, self.buffered) then
@@ -565,7 +599,6 @@ function _M:commit_sync(timeout_ms)
       end
     end
   end
-  self.ack_results = nil
   table.sort(results, function(x, y)
     if x.topic ~= y.topic then return x.topic < y.topic end
     return x.partition < y.partition
@@ -578,6 +611,7 @@ end
 -- @treturn boolean true
 function _M:commit_async()
   if self.closed then error("commit_async: the share consumer is closed", 2) end
+  accept_last(self)
   for node_id, s in pairs(self.sessions) do
     local has = false
     for _, p in pairs(self.pending) do if p.info.node_id == node_id then has = true end end
@@ -601,7 +635,6 @@ function _M:close(timeout_ms)
   local deadline = self.client.now() + (timeout_ms or self.client.default_api_timeout_ms)
   accept_last(self)
   local results = {}
-  self.ack_results = results
   local late = {}
   -- a fetch in flight is answered first: what it acquired is released too
   for _, s in pairs(self.sessions) do
@@ -613,16 +646,16 @@ function _M:close(timeout_ms)
   end
   for _, r in ipairs(self.buffered) do late[#late + 1] = r end
   self.buffered = {}
+  self.renews = {} -- what is held is released below
   for k, h in pairs(self.held) do
     for o in pairs(h.offsets) do queue_ack(self, h.info, o, ACK.release) end
     self.held[k] = nil
   end
-  local sent, failed = flush(self, deadline, true, late)
+  local sent, failed = flush(self, deadline, true, late, results)
   for _, x in ipairs(failed) do results[#results + 1] = x end
   for _, q in ipairs(sent) do
     if q.s.req == q.r then await(self, q.s, deadline, late) end
   end
-  self.ack_results = nil
   self.member:leave(deadline)
   self.closed = true
   for _, c in pairs(self.pool) do c:close("share consumer closed") end
