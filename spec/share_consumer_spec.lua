@@ -11,6 +11,61 @@ local socket = require "socket"
 
 local V = os.getenv("KAFKA_SHARE_VERSION") or "4.4.0"
 
+-- The share session's bookkeeping and the acknowledgement batches, without a
+-- broker (every Lua): what ShareFetch and ShareAcknowledge carry.
+describe("share session bookkeeping", function()
+  local session = require "kafka.share.session"
+  local A, B = ("a"):rep(16), ("b"):rep(16)
+  local function tp(id, p) return { topic = id == A and "ta" or "tb", partition = p, topic_id = id } end
+
+  it("epoch 0 lists every partition and no acknowledgement; later requests only what changed", function()
+    local s = session.new(1)
+    local acks = { [session.key("ta", 0)] = { topic_id = A, partition = 0, node_id = 1, batches = { "x" } } }
+    local topics, forgotten, sent = s:topics({ tp(A, 0), tp(A, 1), tp(B, 0) }, {})
+    assert.are.same({ { topic_id = A, partitions = { { partition_index = 0, acknowledgement_batches = {} },
+      { partition_index = 1, acknowledgement_batches = {} } } },
+      { topic_id = B, partitions = { { partition_index = 0, acknowledgement_batches = {} } } } }, topics)
+    assert.are.same({}, forgotten)
+    assert.are.same({}, sent)
+    s:answered()
+    assert.are.equal(1, s.epoch)
+    -- A/1 dropped, B/1 added, an acknowledgement for A/0
+    topics, forgotten, sent = s:topics({ tp(A, 0), tp(B, 0), tp(B, 1) }, acks)
+    assert.are.same({ { topic_id = A, partitions = { { partition_index = 0, acknowledgement_batches = { "x" } } } },
+      { topic_id = B, partitions = { { partition_index = 1, acknowledgement_batches = {} } } } }, topics)
+    assert.are.same({ { topic_id = A, partitions = { 1 } } }, forgotten)
+    assert.are.same(acks, sent)
+    s.epoch = 2147483647
+    s:answered()
+    assert.are.equal(1, s.epoch)
+    s:reset()
+    assert.are.equal(0, s.epoch)
+    assert.are.same({}, s.parts)
+  end)
+
+  it("acknowledgements: consecutive offsets of one type in one batch", function()
+    local b = require("kafka.share_consumer")._batches
+    assert.are.same({
+      { first_offset = 3, last_offset = 5, acknowledge_types = { 1 } },
+      { first_offset = 6, last_offset = 6, acknowledge_types = { 2 } },
+      { first_offset = 8, last_offset = 9, acknowledge_types = { 1 } },
+      { first_offset = 10, last_offset = 10, acknowledge_types = { 0 } },
+    }, b { [3] = 1, [4] = 1, [5] = 1, [6] = 2, [8] = 1, [9] = 1, [10] = 0 })
+  end)
+
+  it("misuse raises at the door", function()
+    assert.has_error(function() share.new({ brokers = "127.0.0.1:1" }, {}) end)
+    assert.has_error(function() share.new({ brokers = "127.0.0.1:1" }, { group_id = "g", group_protocol = "x" }) end)
+    assert.has_error(function()
+      share.new({ brokers = "127.0.0.1:1" }, { group_id = "g", share_acknowledgement_mode = "auto" })
+    end)
+    local c = share.new({ brokers = "127.0.0.1:1" }, { group_id = "g", share_acknowledgement_mode = "explicit" })
+    assert.has_error(function() c:poll(0) end) -- not subscribed
+    assert.has_error(function() c:acknowledge({ topic = "t", partition = 0, offset = 1 }, "accept") end) -- not held
+    assert.has_error(function() c:acknowledge({ topic = "t", partition = 0, offset = 1 }, "gap") end)
+  end)
+end)
+
 if not rk.main() then return end
 
 describe("share consumer (KIP-932, Kafka " .. V .. ")", function()

@@ -437,7 +437,7 @@ end
 
 -- One fetch round: a ShareFetch to each leader of an assigned partition
 -- (and to each broker whose session holds partitions no longer wanted),
--- the answers read until deadline.
+-- the answers read until deadline. Returns whether a request was waited for.
 local function fetch_round(self, deadline, out)
   local want = by_leader(self, deadline)
   local wait = math.max(0, math.min(self.fetch_max_wait_ms, math.floor(deadline - self.client.now())))
@@ -450,9 +450,14 @@ local function fetch_round(self, deadline, out)
       send(self, s, {}, deadline, { fetch = true, max_wait_ms = 0 })
     end
   end
+  local waited = false
   for _, s in pairs(self.sessions) do
-    if s.req then await(self, s, deadline, out) end
+    if s.req then
+      waited = true
+      await(self, s, deadline, out)
+    end
   end
+  return waited
 end
 
 -- Implicit mode: the records of the last poll are accepted.
@@ -489,10 +494,11 @@ function _M:poll(timeout_ms)
     m:step(deadline)
     if m.state == "failed" then return nil, m.error[1], m.error[2], m.error[3] end
     if #out > 0 then break end
-    if m.state == "stable" and (#m.assignment > 0 or next(self.pending) ~= nil) then
-      fetch_round(self, deadline, out)
-    else
-      local t = math.min(deadline, m:next_due())
+    local waited = m.state == "stable" and fetch_round(self, deadline, out)
+    if not waited then
+      -- nothing to fetch from (no assignment yet, or no leader reachable): wait
+      -- for the membership's next step, or a retry backoff
+      local t = math.min(deadline, m:next_due(), self.client.now() + self.client.retry_backoff_ms)
       local left = t - client.now()
       if left > 0 then client.sleep(math.min(left, 50)) end
     end
