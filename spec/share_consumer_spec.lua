@@ -250,7 +250,9 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
       -- the first 5 accepted, the rest held without an acknowledgement
       if r.offset < 5 then c1:acknowledge(r, "accept") else held[r.offset] = true end
     end, function() return count(held) == N - 5 end)
-    c1:close()
+    assert.are.same({ { topic = topic, partition = 0, offsets = 5, error_code = 0 } }, c1:commit_sync(5000))
+    -- close releases the 15 held (and closes the share session, which would release them too)
+    assert.are.same({ { topic = topic, partition = 0, offsets = N - 5, error_code = 0 } }, c1:close())
     local c2 = new(g, { share_acknowledgement_mode = "explicit" })
     c2:subscribe { topic }
     local again = {}

@@ -1123,7 +1123,11 @@ return {
   { name = "share-close-keeps-held", file = "lua/kafka/share_consumer.lua",
     find = [[    for o in pairs(h.offsets) do queue_ack(self, h.info, o, ACK.release) end]], replace = [[]],
     spec = "spec/share_consumer_spec.lua", filter = "close releases", env = K44,
-    promise = "close releases the records held without an acknowledgement: another member gets them at once" },
+    promise = "close releases the records held without an acknowledgement, each partition's outcome returned" },
+  { name = "share-close-silent", file = "lua/kafka/share_consumer.lua",
+    find = [[  local sent, failed = flush(self, deadline, true, late, results)]], replace = [[  local sent, failed = {}, {}]],
+    spec = "spec/share_consumer_spec.lua", filter = "close releases", env = K44,
+    promise = "close gives back what the member holds at once (release, share session closed), not after the locks run out" },
   { name = "share-session-epoch-stuck", file = "lua/kafka/share/session.lua",
     find = [[  if self.epoch == MAX_EPOCH then self.epoch = 1 else self.epoch = self.epoch + 1 end]],
     replace = [[  if self.epoch == MAX_EPOCH then self.epoch = 1 end]],
@@ -1135,9 +1139,13 @@ return {
     do end]],
     spec = "spec/share_consumer_spec.lua", filter = "fenced member", env = K44,
     promise = "INVALID_SHARE_SESSION_EPOCH / SHARE_SESSION_NOT_FOUND: a new share session (epoch 0)" },
-  { name = "share-acks-in-session-open", file = "lua/kafka/share_consumer.lua",
-    find = [[  if s.epoch == 0 then
-    -- a request opening a session carries no acknowledgements]], replace = [[  if false then]],
+  { name = "share-acks-in-session-open", file = "lua/kafka/share/session.lua",
+    find = [[    for _, tp in ipairs(want) do items[#items + 1] = { topic_id = tp.topic_id, partition = tp.partition } end]],
+    replace = [[    for _, tp in ipairs(want) do
+      local a = acks[key(tp.topic, tp.partition)]
+      sent_acks[key(tp.topic, tp.partition)] = a
+      items[#items + 1] = { topic_id = tp.topic_id, partition = tp.partition, batches = a and a.batches }
+    end]],
     spec = "spec/share_consumer_spec.lua", filter = "fenced member", env = K44,
     promise = "acknowledgements wait for the request after the one opening a session (the broker refuses them there)" },
   { name = "share-fenced-fatal", file = "lua/kafka/share/membership.lua",

@@ -357,15 +357,11 @@ local function send(self, s, want, deadline, o)
   local map = o.renew and self.renews or self.pending
   local acks = take_acks(map, s.node_id)
   local topics, forgotten, sent
-  if s.epoch == 0 then
-    -- a request opening a session carries no acknowledgements
-    requeue(map, acks)
-    acks = {}
-  end
   -- (ShareAcknowledge forgets nothing: want is what the session has)
   topics, forgotten, sent = s:topics(want, acks)
   if not o.fetch then forgotten = nil end
-  -- acknowledgements not sent (their partition is not in this request) stay pending
+  -- acknowledgements not sent (their partition is not in this request, or
+  -- the request opens a session: the broker refuses them there) stay pending
   local rest = {}
   for k, a in pairs(acks) do if not sent[k] then rest[k] = a end end
   requeue(map, rest)

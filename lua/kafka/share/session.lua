@@ -67,6 +67,7 @@ function _M:topics(want, acks)
   for _, tp in ipairs(want) do wanted[key(tp.topic, tp.partition)] = tp end
   local sent_acks = {}
   if self.epoch == 0 then
+    -- (acknowledgements in a request opening a session: INVALID_REQUEST)
     self.parts = {}
     for k, tp in pairs(wanted) do self.parts[k] = tp end
     for _, tp in ipairs(want) do items[#items + 1] = { topic_id = tp.topic_id, partition = tp.partition } end
