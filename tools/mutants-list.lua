@@ -1162,6 +1162,10 @@ return {
     replace = [[      is_renew_ack = false, topics = topics }]],
     spec = "spec/share_consumer_spec.lua", filter = "renew keeps", env = K44,
     promise = "renewals go with is_renew_ack: the records stay acquired past their lock" },
+  { name = "share-renew-not-sent", file = "lua/kafka/share_consumer.lua",
+    find = [[  if next(self.renews) == nil then return end]], replace = [[  do return end]],
+    spec = "spec/share_consumer_spec.lua", filter = "renew keeps", env = K44,
+    promise = "renewals are sent (poll, commit_sync): without them the records go to another member when their lock ends" },
   { name = "share-outside-acquired", file = "lua/kafka/share_consumer.lua",
     find = [=[  for _, a in ipairs(acquired) do
     for o = a.first_offset, a.last_offset do
