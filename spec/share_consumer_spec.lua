@@ -123,6 +123,17 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     end
   end
 
+  -- the membership's transitions without the join attempts retried
+  -- (joining>unjoined>joining: COORDINATOR_LOAD_IN_PROGRESS and the like)
+  local function retries_out(states)
+    local out = {}
+    for _, st in ipairs(states) do
+      if st == "unjoined>joining" and out[#out] == "joining>unjoined" then out[#out] = nil
+      else out[#out + 1] = st end
+    end
+    return out
+  end
+
   local function count(t)
     local n = 0
     for _ in pairs(t) do n = n + 1 end
@@ -167,12 +178,14 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     assert.are.same({ { topic = topic, partition = 0 } }, info.assignment)
     c1:close()
     c2:close()
-    assert.are.same({ "unjoined>joining", "joining>stable", "stable>leaving", "leaving>left" }, states)
+    -- (a coordinator still loading on a fresh broker sends the member back
+    -- to unjoined to try again: those rounds are taken out)
+    assert.are.same({ "unjoined>joining", "joining>stable", "stable>leaving", "leaving>left" }, retries_out(states))
     -- nothing is left for a newcomer: every record was accepted
     local c3 = new(g)
     c3:subscribe { topic }
     local late = {}
-    local stop = socket.gettime() + 3
+    local stop = socket.gettime() + 2
     while socket.gettime() < stop do
       for _, r in ipairs(assert(c3:poll(300))) do late[#late + 1] = r.offset end
     end
@@ -231,7 +244,7 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     local c2 = new(g)
     c2:subscribe { topic }
     local late = {}
-    local stop = socket.gettime() + 3
+    local stop = socket.gettime() + 2
     while socket.gettime() < stop do
       for _, r in ipairs(assert(c2:poll(300))) do late[#late + 1] = r.offset .. "/" .. r.delivery_count end
     end
@@ -280,8 +293,8 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     local recs = {}
     poll_until({ c1 }, 20, function(_, r) recs[#recs + 1] = r end, function() return #recs == N end)
     c2:subscribe { topic }
-    -- 5 s, three times the lock: c1 renews every 0.6 s, c2 gets nothing
-    local stop, rounds = socket.gettime() + 5, 0
+    -- 4 s, twice the lock: c1 renews every 0.6 s, c2 gets nothing
+    local stop, rounds = socket.gettime() + 4, 0
     while socket.gettime() < stop do
       rounds = rounds + 1
       for _, r in ipairs(recs) do assert.is_true(c1:acknowledge(r, "renew")) end
@@ -367,7 +380,7 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     end, function() return #got + #more == N and c.member.fenced == 1 and c:state() == "stable" end)
     assert.are.equal(1, c.member.fenced)
     assert.are.same({ "unjoined>joining", "joining>stable", "stable>fenced", "fenced>unjoined",
-      "unjoined>joining", "joining>stable" }, states)
+      "unjoined>joining", "joining>stable" }, retries_out(states))
     for _, r in ipairs(more) do assert.are.equal(1, r.delivery_count) end
     c:commit_sync(5000)
     -- every acknowledgement answered without error, each record once (those
