@@ -222,7 +222,8 @@ if _G.newproxy then -- Lua 5.1 / LuaJIT: tables have no __gc there
 end
 
 -- java(args [, opts]) -> lines of stdout: runs Peer.java (compiled once)
--- with the main version's kafka-clients. opts.bootstrap, opts.props (a
+-- with the main version's kafka-clients (opts.version: another, e.g.
+-- "4.4.0" for the share mode). opts.bootstrap, opts.props (a
 -- table written to a properties file), opts.timeout (s, default 120).
 -- Raises with the peer's output when it fails.
 -- compiled(class [, version]) -> the classpath of spec/support/kafka/<class>.java,
