@@ -1110,6 +1110,13 @@ return {
     find = [[  if self.mode == "implicit" and self.last then]], replace = [[  if false and self.last then]],
     spec = "spec/share_consumer_spec.lua", filter = "implicit mode", env = K44,
     promise = "implicit mode: each poll (and close) accepts the previous poll's records" },
+  { name = "share-implicit-commit-not-accepted", file = "lua/kafka/share_consumer.lua",
+    find = [[  accept_last(self)
+  local results = {}
+  send_renews(self, deadline, self.buffered, results)]], replace = [[  local results = {}
+  send_renews(self, deadline, self.buffered, results)]],
+    spec = "spec/share_consumer_spec.lua", filter = "implicit mode", env = K44,
+    promise = "implicit mode: commit_sync accepts the last poll's records" },
   { name = "share-reject-as-release", file = "lua/kafka/share_consumer.lua",
     find = [[_M.ACK = { gap = 0, accept = 1, release = 2, reject = 3, renew = 4 }]],
     replace = [[_M.ACK = { gap = 0, accept = 1, release = 2, reject = 2, renew = 4 }]],
