@@ -211,7 +211,7 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
         second[#second + 1] = r.offset .. "/" .. r.delivery_count
         c:acknowledge(r, "accept")
       end
-    end, function() return count(first) == N and #second == N / 3 end)
+    end, function() return count(first) == N and #second >= N / 3 end)
     table.sort(second, function(a, b) return tonumber(a:match("%d+")) < tonumber(b:match("%d+")) end)
     local want = {}
     for o = 0, N - 1, 3 do want[#want + 1] = o .. "/2" end

@@ -1179,6 +1179,6 @@ return {
       local r = recs[o]]=], replace = [=[  for _, a in ipairs(acquired) do
     for o = a.first_offset - 20, a.last_offset + 20 do
       local r = recs[o]]=],
-    spec = "spec/share_consumer_spec.lua", filter = "mixed group", env = K44,
-    promise = "only records inside the acquired ranges are delivered (a mixed group gets each record once in total)" },
+    spec = "spec/share_consumer_spec.lua", filter = "released records", env = K44,
+    promise = "only records inside the acquired ranges are delivered (a batch fetched again for its released records)" },
 }
