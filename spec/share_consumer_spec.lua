@@ -134,6 +134,17 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     return out
   end
 
+  -- the members of a share group the coordinator has assigned a partition
+  local function assigned_members(client, g)
+    local conn = assert(client:coordinator(g))
+    local resp = assert(conn:request("ShareGroupDescribe", { group_ids = { g }, include_authorized_operations = false }))
+    local n = 0
+    for _, m in ipairs(resp.groups[1].members or {}) do
+      if m.assignment and #(m.assignment.topic_partitions or {}) > 0 then n = n + 1 end
+    end
+    return n
+  end
+
   local function count(t)
     local n = 0
     for _ in pairs(t) do n = n + 1 end
@@ -407,19 +418,22 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
     local g = "share-java-" .. os.time()
     local N = 600
     local topic = fresh(0, g)
-    -- (both members take at most 20 records a fetch, so both get some)
-    local java = rk.java_bg({ "share", topic, g, 60, "%STOP%" }, { bootstrap = bs, version = V,
-      props = { ["max.poll.records"] = "20" } })
+    -- the Java member acquires at most 20 records a fetch (record_limit) and
+    -- works 5 ms on each: it cannot take everything before lua-kafka's fetches
+    local java = rk.java_bg({ "share", topic, g, 60, "%STOP%", 5 }, { bootstrap = bs, version = V,
+      props = { ["max.poll.records"] = "20", ["share.acquire.mode"] = "record_limit" } })
     local ok, err = pcall(function()
-      local c = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 20 })
+      local acked = {}
+      local c = new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 20,
+        on_acknowledgement_commit = function(res) for _, x in ipairs(res) do acked[#acked + 1] = x end end })
       c:subscribe { topic }
-      -- both members in the group before the records come
+      -- both members in the group, each assigned the partition, before the
+      -- records come (ShareGroupDescribe, the coordinator's view)
       local stop = socket.gettime() + 30
       repeat
         assert(c:poll(200))
-        local joined = false
-        for _, l in ipairs(java.lines()) do if l == "JOINED" then joined = true end end
-      until (joined and c:state() == "stable") or socket.gettime() > stop
+      until assigned_members(c.client, g) == 2 or socket.gettime() > stop
+      assert.are.equal(2, assigned_members(c.client, g))
       rk.java({ "produce", topic, N, "none", "idempotent" }, { bootstrap = bs, version = V })
       local lua_got, java_got = {}, {}
       local function java_recs(lines)
@@ -429,26 +443,41 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
           if o then java_got[#java_got + 1] = tonumber(o) .. "/" .. dc end
         end
       end
+      -- the lua-kafka member takes at most half (then only heartbeats), so the
+      -- Java member gets the rest
       poll_until({ c }, 40, function(_, r)
         lua_got[#lua_got + 1] = r.offset .. "/" .. r.delivery_count
         c:acknowledge(r, "accept")
       end, function()
         java_recs()
-        return #lua_got + #java_got >= N
+        return #lua_got >= N / 2 or #lua_got + #java_got >= N
       end)
       c:commit_sync(5000)
+      stop = socket.gettime() + 40
+      repeat
+        c.member:step(c.client.now())
+        socket.sleep(0.1)
+        java_recs()
+      until #lua_got + #java_got >= N or socket.gettime() > stop
       c:close()
+      -- every acknowledgement of the lua-kafka member answered without error, each record once
+      local n = 0
+      for _, x in ipairs(acked) do
+        assert.are.same({ topic, 0, 0 }, { x.topic, x.partition, x.error_code })
+        n = n + x.offsets
+      end
+      assert.are.equal(#lua_got, n)
       java.stop()
       local lines = java.wait(30)
       java_recs(lines)
       -- Java's acknowledgement callback saw every one of its records accepted
-      local acked = 0
+      local jacked = 0
       for _, l in ipairs(lines) do
         assert.is_nil(l:match("^ACKFAIL"), l)
         local offs = l:match("^ACKED 0(.*)")
-        if offs then for _ in offs:gmatch("%d+") do acked = acked + 1 end end
+        if offs then for _ in offs:gmatch("%d+") do jacked = jacked + 1 end end
       end
-      assert.are.equal(#java_got, acked)
+      assert.are.equal(#java_got, jacked)
       local all = {}
       for _, x in ipairs(lua_got) do all[#all + 1] = x end
       for _, x in ipairs(java_got) do all[#all + 1] = x end
@@ -457,7 +486,17 @@ describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
       for o = 0, N - 1 do want[#want + 1] = o .. "/1" end
       assert.are.same(want, all)
       -- (a mixed group: each member got some)
-      assert.is_true(#lua_got > 0 and #java_got > 0)
+      assert(#lua_got > 0 and #java_got > 0, ("lua-kafka got %d, Java %d"):format(#lua_got, #java_got))
+      -- nothing is left for a newcomer: both members' accepts were taken
+      local c3 = new(g)
+      c3:subscribe { topic }
+      local late = {}
+      local stop2 = socket.gettime() + 2
+      while socket.gettime() < stop2 do
+        for _, r in ipairs(assert(c3:poll(300))) do late[#late + 1] = r.offset end
+      end
+      c3:close()
+      assert.are.same({}, late)
       print(("    mixed group: lua-kafka %d, Java %d records"):format(#lua_got, #java_got))
     end)
     if not ok then java.kill() end

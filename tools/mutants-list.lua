@@ -1140,6 +1140,11 @@ return {
     replace = [[  if self.epoch == MAX_EPOCH then self.epoch = 1 end]],
     spec = "spec/share_consumer_spec.lua", filter = "every record delivered, each accepted once", env = K44,
     promise = "each answered request moves the share session's epoch on" },
+  { name = "share-session-epoch-stuck-mixed", file = "lua/kafka/share/session.lua",
+    find = [[  if self.epoch == MAX_EPOCH then self.epoch = 1 else self.epoch = self.epoch + 1 end]],
+    replace = [[  if self.epoch == MAX_EPOCH then self.epoch = 1 end]],
+    spec = "spec/share_consumer_spec.lua", filter = "mixed group", env = K44,
+    promise = "in a group with Java's KafkaShareConsumer each record is delivered once in total (share session epochs)" },
   { name = "share-session-not-reset", file = "lua/kafka/share_consumer.lua",
     find = [[  if ec ~= errors.NONE then
     s:reset()]], replace = [[  if ec ~= errors.NONE then

@@ -20,9 +20,9 @@
 //       -> JOINED, then ASSIGNED p,p,... / REVOKED p,... / LOST p,... (rebalance callbacks, "-" for none)
 //          and REC partition offset for each record (FIRST ms: subscribe to the first record); lines are flushed as they are written; the
 //          positions of revoked partitions are committed in onPartitionsRevoked
-//   share TOPIC GROUP SECS STOPFILE   (needs kafka-clients 4.2+: realkafka compiles it against 4.4.0)
-//       a KafkaShareConsumer (explicit acknowledgement) subscribed to TOPIC, accepting every record,
-//       until SECS pass or STOPFILE exists; then close()
+//   share TOPIC GROUP SECS STOPFILE [DELAY_MS]   (needs kafka-clients 4.2+: realkafka compiles it against 4.4.0)
+//       a KafkaShareConsumer (explicit acknowledgement) subscribed to TOPIC, accepting every record
+//       (DELAY_MS of work on each first), until SECS pass or STOPFILE exists; then close()
 //       -> JOINED, then REC partition offset delivery_count for each record, ACKED partition offset... per
 //          partition acknowledged (the acknowledgement commit callback), ACKFAIL partition error on failures
 //   admin modes (Kafka's AdminClient, the oracle of spec/admin_spec.lua), strings as they are:
@@ -133,7 +133,7 @@ public class Peer {
                 }
             }
             case "group" -> group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5]);
-            case "share" -> ShareMode.share(a[1], a[2], Integer.parseInt(a[3]), a[4]);
+            case "share" -> ShareMode.share(a[1], a[2], Integer.parseInt(a[3]), a[4], a.length > 5 ? Integer.parseInt(a[5]) : 0);
             case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
@@ -455,7 +455,7 @@ class AdminModes {
 
 // The share mode: Kafka's KafkaShareConsumer (KIP-932) beside lua-kafka's share consumers.
 class ShareMode {
-    static void share(String topic, String groupId, int secs, String stopFile) throws Exception {
+    static void share(String topic, String groupId, int secs, String stopFile, int delayMs) throws Exception {
         Properties p = Peer.base();
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
@@ -478,6 +478,7 @@ class ShareMode {
             while (System.currentTimeMillis() < end && !stop.exists()) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
                     Peer.say("REC " + r.partition() + " " + r.offset() + " " + r.deliveryCount().orElse((short) -1));
+                    if (delayMs > 0) Thread.sleep(delayMs);
                     c.acknowledge(r, org.apache.kafka.clients.consumer.AcknowledgeType.ACCEPT);
                 }
                 c.commitSync();
