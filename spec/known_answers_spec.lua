@@ -11,7 +11,7 @@ local high = string.char(255, 254, 253, 252, 251, 250, 249, 248, 247, 246, 245, 
 
 -- Computed by kafka-clients 4.1.2's org.apache.kafka.common.utils.Utils.murmur2
 -- (as an unsigned int), keys of length 0 to 16:
---   java -cp build/kafka/codecpeer:<classpath> CodecPeer murmur2 ~ 61 6162 ... ff fffe ...
+--   java -cp build/kafka/codecpeer-4.4.0:<classpath> CodecPeer murmur2 ~ 61 6162 ... ff fffe ...
 local MURMUR2_ASCII = {
   275646681, 2731586172, 316155434, 479470107, 2971317748, 461995741, 1870650108, 3948500121,
   3339539933, 3675287486, 8205847, 4062577747, 3759680359, 387415655, 1842055212, 1680674526, 4041079308,

@@ -10,6 +10,7 @@
 -- @field client kafka.client, the cluster
 -- @field producer kafka.producer
 -- @field consumer kafka.consumer
+-- @field share_consumer kafka.share_consumer, a share group member (KIP-932, docs/share.md)
 -- @field connection kafka.connection, one broker connection
 -- @field socket kafka.socket, the transport seam
 -- @field admin kafka.admin, topics, configs, groups, records (docs/admin.md)
@@ -23,6 +24,7 @@ local modules = {
   client = "kafka.client",
   producer = "kafka.producer",
   consumer = "kafka.consumer",
+  share_consumer = "kafka.share_consumer",
   connection = "kafka.connection",
   socket = "kafka.socket",
   admin = "kafka.admin",

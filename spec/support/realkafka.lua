@@ -287,27 +287,30 @@ if _G.newproxy then -- Lua 5.1 / LuaJIT: tables have no __gc there
 end
 
 -- java(args [, opts]) -> lines of stdout: runs Peer.java (compiled once)
--- with the main version's kafka-clients. opts.bootstrap, opts.props (a
+-- with the main version's kafka-clients (opts.version: another, e.g.
+-- "4.4.0" for the share mode). opts.bootstrap, opts.props (a
 -- table written to a properties file), opts.timeout (s, default 120).
 -- Raises with the peer's output when it fails.
 -- compiled(class [, version]) -> the classpath of spec/support/kafka/<class>.java,
--- compiled once per process against kafka-clients of that version (java_version()).
+-- compiled once per process against kafka-clients of that version (default
+-- java_version(); another version compiles into a directory of its own).
 local compiled_cp = {}
 function _M.compiled(class, version)
-  if compiled_cp[class] then return compiled_cp[class] end
+  local ckey = class .. "@" .. tostring(version)
+  if compiled_cp[ckey] then return compiled_cp[ckey] end
   local ok, cpfile = sh(harness .. " classpath " .. (version or _M.java_version()))
   if not ok then error("kafka-clients: " .. cpfile, 3) end
   cpfile = cpfile:match("([^\n]+)%s*$")
   local f = assert(io.open(cpfile, "rb"))
   local jars = f:read("*a"):gsub("%s+$", "")
   f:close()
-  local dir = root .. "/build/kafka/" .. class:lower()
+  local dir = root .. "/build/kafka/" .. class:lower() .. (version and ("-" .. version) or "")
   local src = root .. "/spec/support/kafka/" .. class .. ".java"
   local out
   ok, out = sh(("mkdir -p %s && LD_PRELOAD= javac -nowarn -d %s -cp '%s' %s"):format(dir, dir, jars, src))
   if not ok then error("javac " .. class .. ".java: " .. out, 3) end
-  compiled_cp[class] = dir .. ":" .. jars
-  return compiled_cp[class]
+  compiled_cp[ckey] = dir .. ":" .. jars
+  return compiled_cp[ckey]
 end
 
 -- java_cmd(class, args [, opts]) -> the shell command running the class
@@ -351,7 +354,7 @@ local function peer_opts(opts)
     f:close()
     props = " -Dprops=" .. name
   end
-  return { timeout = opts.timeout,
+  return { timeout = opts.timeout, version = opts.version,
     jvm = ("-Dlog4j2.configurationFile=file:%s/spec/support/kafka/peer-log4j2.properties -Dbs=%s%s")
       :format(root, opts.bootstrap or "127.0.0.1:9092", props) }
 end

@@ -3,7 +3,7 @@
 // that the Lua spec defines once, as JSON in the form of Kafka's generated
 // *JsonConverter classes.
 //
-//   java -cp build/kafka/codecpeer:<kafka-clients classpath> CodecPeer cases.json out.txt
+//   java -cp build/kafka/codecpeer-4.4.0:<kafka-clients classpath> CodecPeer cases.json out.txt
 //
 // cases.json: {"cases": [{"id": "...", "kind": "request" | "response" | "data",
 //   "name": "Fetch" (an API) or "ConsumerProtocolSubscription" (a data structure),

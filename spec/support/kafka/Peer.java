@@ -20,6 +20,11 @@
 //       -> JOINED, then ASSIGNED p,p,... / REVOKED p,... / LOST p,... (rebalance callbacks, "-" for none)
 //          and REC partition offset for each record (FIRST ms: subscribe to the first record); lines are flushed as they are written; the
 //          positions of revoked partitions are committed in onPartitionsRevoked
+//   share TOPIC GROUP SECS STOPFILE [DELAY_MS]   (needs kafka-clients 4.2+: realkafka compiles it against 4.4.0)
+//       a KafkaShareConsumer (explicit acknowledgement) subscribed to TOPIC, accepting every record
+//       (DELAY_MS of work on each first), until SECS pass or STOPFILE exists; then close()
+//       -> JOINED, then REC partition offset delivery_count for each record, ACKED partition offset... per
+//          partition acknowledged (the acknowledgement commit callback), ACKFAIL partition error on failures
 //   admin modes (Kafka's AdminClient, the oracle of spec/admin_spec.lua), strings as they are:
 //   list-topics                   -> TOPIC name id internal                  (internal ones too)
 //   describe-topic TOPIC          -> TOPIC name id internal, then PART p leader replicas isr (ids joined by ",", "-" for none)
@@ -128,6 +133,7 @@ public class Peer {
                 }
             }
             case "group" -> group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5]);
+            case "share" -> ShareMode.share(a[1], a[2], Integer.parseInt(a[3]), a[4], a.length > 5 ? Integer.parseInt(a[5]) : 0);
             case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
@@ -443,6 +449,40 @@ class AdminModes {
                     + " " + (tps.isEmpty() ? "-" : String.join(",", tps)));
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
+        }
+    }
+}
+
+// The share mode: Kafka's KafkaShareConsumer (KIP-932) beside lua-kafka's share consumers.
+class ShareMode {
+    static void share(String topic, String groupId, int secs, String stopFile, int delayMs) throws Exception {
+        Properties p = Peer.base();
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
+        p.put("share.acknowledgement.mode", "explicit");
+        java.io.File stop = new java.io.File(stopFile);
+        try (org.apache.kafka.clients.consumer.KafkaShareConsumer<byte[], byte[]> c =
+                 new org.apache.kafka.clients.consumer.KafkaShareConsumer<>(p)) {
+            c.setAcknowledgementCommitCallback((offsets, ex) -> {
+                for (var e : offsets.entrySet()) {
+                    StringBuilder b = new StringBuilder();
+                    for (Long o : new java.util.TreeSet<>(e.getValue())) b.append(' ').append(o);
+                    if (ex == null) Peer.say("ACKED " + e.getKey().partition() + b);
+                    else Peer.say("ACKFAIL " + e.getKey().partition() + " " + ex.getClass().getSimpleName());
+                }
+            });
+            c.subscribe(List.of(topic));
+            Peer.say("JOINED");
+            long end = System.currentTimeMillis() + secs * 1000L;
+            while (System.currentTimeMillis() < end && !stop.exists()) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
+                    Peer.say("REC " + r.partition() + " " + r.offset() + " " + r.deliveryCount().orElse((short) -1));
+                    if (delayMs > 0) Thread.sleep(delayMs);
+                    c.acknowledge(r, org.apache.kafka.clients.consumer.AcknowledgeType.ACCEPT);
+                }
+                c.commitSync();
+            }
         }
     }
 }
