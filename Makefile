@@ -38,7 +38,7 @@ WITH_BROKERS := spec/support/kafka/with-brokers.sh
 # real-broker specs run the same C paths as the others, ten times slower) and
 # no nginx specs (nginx runs its own LuaJIT, outside memcheck, and its
 # reload/stop cases need a spec process that keeps pace with the load)
-SANITIZE_KAFKA ?= 4.1.2
+SANITIZE_KAFKA ?= 4.4.0
 VALGRIND_KAFKA ?= none
 TEST_ENV = LUA_PATH="$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;" \
            LUA_CPATH="$(CURDIR)/$(BUILD)/?.so;;"
@@ -75,7 +75,7 @@ test:
 	@$(WITH_BROKERS) $(MAKE) --no-print-directory test-all
 
 # The first Lua runs the real-broker specs against every Kafka version
-# (KAFKA_VERSIONS, default 4.1.2,4.0.2,3.9.1) and the full matrices of the
+# (KAFKA_VERSIONS, default 4.4.0,4.1.2,3.9.1) and the full matrices of the
 # peer specs; the others run every spec file against the main version only
 # (KAFKA_VERSIONS_OTHERS) with SPEC_TIER=lite (a representative part of the
 # group, security and Java matrices, 50,000-message soak, 20,000-message
@@ -83,7 +83,7 @@ test:
 # matrix the Luas. Lua 5.3 and 5.1 run SPEC_TIER=min: lite without the slow
 # real-broker cases about the brokers' behaviour over time (spec/support/
 # helpers.lua's min(); they show as pending), which LuaJIT runs.
-KAFKA_VERSIONS_OTHERS ?= 4.1.2
+KAFKA_VERSIONS_OTHERS ?= 4.4.0
 test-all:
 	@failed=""; first=1; for l in $(LUAS); do \
 	  echo "== the whole suite on $$l"; \
@@ -167,9 +167,9 @@ admin: all
 # run (so the security, Java and producer-expiry cases run on it too), its
 # brokers stopped before the next; what a version does not serve is pending,
 # with the reason read from its ApiVersions. Every version runs even if one
-# fails; the failing ones come last. .ci/run runs it after make admin. (4.1.2,
-# 4.0.2 and 3.9.1 are make test's, at the full tier: not again here.)
-MATRIX_KAFKA ?= 4.4.0 4.3.2 4.2.2 2.8.2
+# fails; the failing ones come last. .ci/run runs it after make admin. (4.4.0,
+# 4.1.2 and 3.9.1 are make test's, at the full tier: not again here.)
+MATRIX_KAFKA ?= 4.3.2 4.2.2 4.0.2 2.8.2
 MATRIX_SPECS ?= spec/real_kafka_spec.lua spec/group_spec.lua spec/eos_spec.lua spec/idempotence_spec.lua \
   spec/security_spec.lua spec/interop_java_spec.lua spec/topic_id_spec.lua
 matrix: all $(MOCKBROKER)

@@ -1,5 +1,5 @@
 -- The client against real Apache Kafka brokers (KRaft, single node), one
--- block per version in KAFKA_VERSIONS (default 4.1.2, 4.0.2, 3.9.1):
+-- block per version in KAFKA_VERSIONS (default 4.4.0, 4.1.2, 3.9.1):
 -- every codec with keys, headers and timestamps, key placement equal to
 -- the Java client's partitioner, the batches the broker stores, acks,
 -- LogAppendTime, list_offsets, commits, auto topic creation, message size

@@ -22,7 +22,7 @@ local mt = { __index = _M }
 
 local root = debug.getinfo(1, "S").source:match("^@(.*)/spec/support/") or "."
 local harness = root .. "/spec/support/kafka/harness.sh"
-_M.MAIN = "4.1.2"
+_M.MAIN = "4.4.0"
 
 -- sh(cmd) -> ok, output. The exit status is read from the output: Lua
 -- 5.1's and LuaJIT's popen close() does not return it.
@@ -48,7 +48,7 @@ local clusters = {}     -- name -> cluster object
 -- "none" runs none).
 function _M.versions()
   local s = os.getenv("KAFKA_VERSIONS")
-  if not s or s == "" then s = "4.1.2,4.0.2,3.9.1" end
+  if not s or s == "" then s = "4.4.0,4.1.2,3.9.1" end
   local t = {}
   if s == "none" then return t end
   for v in s:gmatch("[^,%s]+") do t[#t + 1] = v end
