@@ -68,6 +68,7 @@ build = {
     ["kafka.admin.groups"] = "lua/kafka/admin/groups.lua",
     ["kafka.admin.records"] = "lua/kafka/admin/records.lua",
     ["kafka.admin.transactions"] = "lua/kafka/admin/transactions.lua",
+    ["kafka.admin.security"] = "lua/kafka/admin/security.lua",
     ["kafka.cli"] = "lua/kafka/cli.lua",
     ["kafka.cli.data"] = "lua/kafka/cli/data.lua",
     ["kafka.cli.admin"] = "lua/kafka/cli/admin.lua",

@@ -557,7 +557,8 @@ end
 
 _M.RESOURCE_NAME = RESOURCE_NAME
 
-for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records", "kafka.admin.transactions" } do
+for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records", "kafka.admin.transactions",
+  "kafka.admin.security" } do
   for k, f in pairs(require(part)) do _M[k] = f end
 end
 

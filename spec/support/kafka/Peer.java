@@ -40,6 +40,11 @@
 //   describe-producers TOPIC P... -> PRODUCER p id epoch last_sequence last_timestamp coordinator_epoch txn_start ("-" for none)
 //   list-transactions             -> TXN id producer_id state
 //   describe-transaction ID       -> TXN id state producer_id epoch timeout_ms start_ms ("-" for none) tps (topic:p joined by ",")
+//   describe-acls                 -> ACL resource_type name pattern_type principal host operation permission (every ACL,
+//       Java's enum names, sorted)
+//   create-acl TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION   (Java's enum names)
+//   describe-scram [USER...]      -> SCRAM user mechanism iterations (every user when none is named; sorted)
+//   alter-scram USER MECHANISM ITERATIONS PASSWORD   (an upsertion, Java salting the password)
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -131,7 +136,7 @@ public class Peer {
             case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
-                 "describe-transaction" -> {
+                 "describe-transaction", "describe-acls", "create-acl", "describe-scram", "alter-scram" -> {
                 try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
             }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
@@ -441,6 +446,34 @@ class AdminModes {
                 System.out.println("TXN " + a[1] + " " + d.state() + " " + d.producerId() + " " + d.producerEpoch() + " "
                     + d.transactionTimeoutMs() + " " + (d.transactionStartTimeMs().isPresent() ? d.transactionStartTimeMs().getAsLong() : "-")
                     + " " + (tps.isEmpty() ? "-" : String.join(",", tps)));
+            }
+            case "describe-acls" -> {
+                List<String> lines = new ArrayList<>();
+                for (var b : admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get())
+                    lines.add("ACL " + b.pattern().resourceType() + " " + b.pattern().name() + " " + b.pattern().patternType() + " "
+                        + b.entry().principal() + " " + b.entry().host() + " " + b.entry().operation() + " " + b.entry().permissionType());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "create-acl" -> {
+                var pat = new org.apache.kafka.common.resource.ResourcePattern(org.apache.kafka.common.resource.ResourceType.valueOf(a[1]),
+                    a[2], org.apache.kafka.common.resource.PatternType.valueOf(a[3]));
+                var e = new org.apache.kafka.common.acl.AccessControlEntry(a[4], a[5], org.apache.kafka.common.acl.AclOperation.valueOf(a[6]),
+                    org.apache.kafka.common.acl.AclPermissionType.valueOf(a[7]));
+                admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(pat, e))).all().get();
+            }
+            case "describe-scram" -> {
+                var r = a.length > 1 ? admin.describeUserScramCredentials(List.of(a).subList(1, a.length)) : admin.describeUserScramCredentials();
+                List<String> lines = new ArrayList<>();
+                for (var d : r.all().get().values())
+                    for (var ci : d.credentialInfos()) lines.add("SCRAM " + d.name() + " " + ci.mechanism().mechanismName() + " " + ci.iterations());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "alter-scram" -> {
+                var m = org.apache.kafka.clients.admin.ScramMechanism.fromMechanismName(a[2]);
+                admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(a[1],
+                    new org.apache.kafka.clients.admin.ScramCredentialInfo(m, Integer.parseInt(a[3])), a[4]))).all().get();
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }

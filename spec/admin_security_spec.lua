@@ -1,0 +1,208 @@
+-- kafka.admin's security calls against a real Kafka broker with an
+-- authorizer (StandardAuthorizer; User:ANONYMOUS, the PLAINTEXT listener's
+-- principal, is a super user), with Kafka's Java AdminClient and clients as
+-- the oracle: ACLs we create are enforced for alice (SASL_PLAINTEXT PLAIN)
+-- and listed by Java as we list them, and the reverse; SCRAM credentials we
+-- create log Java's client in, and describe as Java describes them.
+-- Runs with SPEC_ADMIN=1 only (`make admin`), like spec/admin_spec.lua.
+local rk = require "support.realkafka"
+local rt = require "support.realtools"
+local kafka = require "kafka"
+local proto = require "kafka.proto"
+local errors = proto.errors
+
+if os.getenv("SPEC_ADMIN") ~= "1" then
+  describe("kafka.admin security against a real broker", function()
+    pending("runs with SPEC_ADMIN=1 (make admin)")
+  end)
+  return
+end
+
+local version = rk.main()
+
+-- our bindings in Peer's describe-acls lines
+local function acl_lines(list)
+  local out = {}
+  for i, b in ipairs(list) do
+    out[i] = ("ACL %s %s %s %s %s %s %s"):format(b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host,
+      b.operation, b.permission_type)
+  end
+  table.sort(out)
+  return out
+end
+
+describe("kafka.admin security on Kafka " .. version .. " with an authorizer", function()
+  local k, admin
+  setup(function()
+    k = rk.cluster(version, 1, "acl-cluster", {
+      ["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+      ["super.users"] = "User:ANONYMOUS;User:admin",
+    })
+    admin = kafka.admin.new { brokers = k.bootstrap.PLAINTEXT, client_id = "admin-security-spec" }
+  end)
+  teardown(function() if admin then admin:close() end end)
+
+  local function java(args, o)
+    o = o or {}
+    return rk.java(args, { bootstrap = o.bootstrap or k.bootstrap.PLAINTEXT, props = o.props })
+  end
+
+  -- produce_as(topic) -> the offset of one record sent by our producer as
+  -- alice (SASL_PLAINTEXT PLAIN), or nil, err, code (a topic alice may not
+  -- describe fails at send; one she may not write to at delivery)
+  local function produce_as(topic)
+    local client = kafka.client.new { brokers = k.bootstrap.SASL_PLAINTEXT, security_protocol = "SASL_PLAINTEXT",
+      sasl_mechanism = "PLAIN", sasl_username = "alice", sasl_password = "alice-secret", client_id = "alice" }
+    local p = kafka.producer.new(client, { linger_ms = 1, delivery_timeout_ms = 8000, enable_idempotence = false })
+    local ok, err, code = p:send(topic, "v", { key = "k" })
+    if ok then
+      local reports, failed = p:flush()
+      if failed == 0 then ok = reports[1].offset else ok, err, code = nil, tostring(reports[1].err), reports[1].code end
+    end
+    client:close()
+    return ok, err, code
+  end
+
+  it("ACLs: alice denied, allowed after create_acls, denied again after delete_acls; Java lists them as we do", function()
+    local t, prefix = rt.uniq("acl-t"), rt.uniq("acl-p")
+    local created = assert(admin:create_topics { { name = t, num_partitions = 1, replication_factor = 1 } })
+    assert.equal(0, created[1].error_code)
+
+    -- no ACL: alice may not describe the topic, so not produce to it
+    assert.same({ nil, "topic " .. t .. ": TOPIC_AUTHORIZATION_FAILED (topic authorization failed)", "kafka" },
+      { produce_as(t) })
+
+    local res = assert(admin:create_acls {
+      { resource_type = "topic", resource_name = t, principal = "User:alice", operation = "write", permission_type = "allow" },
+      { resource_type = "TOPIC", resource_name = t, pattern_type = "LITERAL", principal = "User:alice", host = "*",
+        operation = "DESCRIBE", permission_type = "ALLOW" },
+      { resource_type = "group", resource_name = prefix, pattern_type = "prefixed", principal = "User:bob",
+        host = "127.0.0.1", operation = "read", permission_type = "deny" },
+      { resource_type = "TOPIC", resource_name = t, pattern_type = "LITERAL", principal = "alice-without-type",
+        operation = "READ", permission_type = "ALLOW" },
+    })
+    assert.equal(4, #res)
+    assert.same({ 0, 0, 0 }, { res[1].error_code, res[2].error_code, res[3].error_code })
+    assert.same({ "TOPIC", t, "LITERAL", "User:alice", "*", "WRITE", "ALLOW" }, { res[1].resource_type,
+      res[1].resource_name, res[1].pattern_type, res[1].principal, res[1].host, res[1].operation, res[1].permission_type })
+    -- a principal without its type: the broker refuses that binding alone
+    assert.equal(errors.INVALID_REQUEST, res[4].error_code)
+    assert.equal("kafka", res[4].code)
+    assert.matches("^INVALID_REQUEST: ", res[4].error)
+
+    -- Java creates one; both sides list the same four
+    java { "create-acl", "TRANSACTIONAL_ID", prefix, "PREFIXED", "User:alice", "*", "WRITE", "ALLOW" }
+    local ours = assert(admin:describe_acls())
+    local want = {
+      ("ACL GROUP %s PREFIXED User:bob 127.0.0.1 READ DENY"):format(prefix),
+      ("ACL TOPIC %s LITERAL User:alice * DESCRIBE ALLOW"):format(t),
+      ("ACL TOPIC %s LITERAL User:alice * WRITE ALLOW"):format(t),
+      ("ACL TRANSACTIONAL_ID %s PREFIXED User:alice * WRITE ALLOW"):format(prefix),
+    }
+    assert.same(want, acl_lines(ours))
+    assert.same(want, java { "describe-acls" })
+
+    -- filters: by principal and operation; MATCH finds the prefixed one for a name under it
+    local only = assert(admin:describe_acls { principal = "User:alice", operation = "WRITE", resource_type = "topic" })
+    assert.same({ want[3] }, acl_lines(only))
+    local match = assert(admin:describe_acls { resource_type = "GROUP", resource_name = prefix .. "-x", pattern_type = "MATCH" })
+    assert.same({ want[1] }, acl_lines(match))
+    assert.same({}, assert(admin:describe_acls { resource_type = "GROUP", resource_name = prefix .. "-x", pattern_type = "LITERAL" }))
+
+    -- allowed now
+    assert.same({ 0 }, { produce_as(t) })
+
+    -- delete alice's WRITE on the topic, and the transactional-id one; a filter matching nothing
+    local del = assert(admin:delete_acls {
+      { resource_type = "TOPIC", resource_name = t, pattern_type = "LITERAL", principal = "User:alice", operation = "WRITE" },
+      { resource_type = "TRANSACTIONAL_ID", pattern_type = "ANY" },
+      { resource_type = "TOPIC", resource_name = "no-such-" .. t },
+    })
+    assert.equal(3, #del)
+    assert.same({ 0, 0, 0 }, { del[1].error_code, del[2].error_code, del[3].error_code })
+    assert.same({ want[3] }, acl_lines(del[1].matching_acls))
+    assert.equal(0, del[1].matching_acls[1].error_code)
+    assert.same({ want[4] }, acl_lines(del[2].matching_acls))
+    assert.same({}, del[3].matching_acls)
+    assert.same({ want[1], want[2] }, java { "describe-acls" })
+
+    -- denied again: DESCRIBE alone lets alice see the topic, not write to it
+    local off, err, code = produce_as(t)
+    assert.is_nil(off)
+    assert.equal("kafka", code)
+    assert.matches("TOPIC_AUTHORIZATION_FAILED", err)
+
+    -- clean up the rest
+    del = assert(admin:delete_acls { {} })
+    assert.same({ want[1], want[2] }, acl_lines(del[1].matching_acls))
+    assert.same({}, java { "describe-acls" })
+  end)
+
+  it("ACL misuse raises, naming the field", function()
+    assert.has_error(function()
+      admin:create_acls { { resource_type = "topic", resource_name = "x", principal = "User:a", operation = "any",
+        permission_type = "allow" } }
+    end, "create_acls: bindings[1].operation must be one of ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, "
+      .. "CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, CREATE_TOKENS, DESCRIBE_TOKENS, "
+      .. "TWO_PHASE_COMMIT (got \"any\")")
+    assert.has_error(function() admin:describe_acls { pattern_type = "glob" } end,
+      "describe_acls: filter.pattern_type must be one of ANY, MATCH, LITERAL, PREFIXED (got \"glob\")")
+  end)
+
+  it("SCRAM credentials: ours log Java's client in; described as Java describes them", function()
+    local carol, dave = rt.uniq("carol"), rt.uniq("dave")
+    local res = assert(admin:alter_user_scram_credentials {
+      { user = carol, mechanism = "SCRAM-SHA-512", password = "carol-pw", iterations = 8192 },
+      { user = carol, mechanism = "SCRAM-SHA-256", password = "carol-pw-256" },
+    })
+    assert.same({ 0, 0 }, { res[1].error_code, res[2].error_code })
+    java { "alter-scram", dave, "SCRAM-SHA-256", "5000", "dave-pw" }
+
+    local d = assert(admin:describe_user_scram_credentials { carol, dave, "nobody-" .. carol })
+    assert.same({ user = carol, error_code = 0, credentials = {
+      { mechanism = "SCRAM-SHA-256", iterations = 4096 }, { mechanism = "SCRAM-SHA-512", iterations = 8192 } } }, d[1])
+    assert.same({ { mechanism = "SCRAM-SHA-256", iterations = 5000 } }, d[2].credentials)
+    assert.equal(errors.RESOURCE_NOT_FOUND, d[3].error_code)
+    assert.equal("kafka", d[3].code)
+    local lines = {}
+    for _, r in ipairs(d) do
+      for _, c in ipairs(r.credentials or {}) do lines[#lines + 1] = ("SCRAM %s %s %d"):format(r.user, c.mechanism, c.iterations) end
+    end
+    table.sort(lines)
+    assert.same(lines, java { "describe-scram", carol, dave })
+    -- every user: alice (written at format time) among them
+    local all = assert(admin:describe_user_scram_credentials())
+    local users = {}
+    for _, r in ipairs(all) do users[r.user] = #r.credentials end
+    assert.same({ 2, 2, 1 }, { users.alice, users[carol], users[dave] })
+
+    -- Java's client logs in with the credentials we salted, each mechanism; a wrong password fails
+    local function login(mech, user, pw)
+      return pcall(java, { "describe-cluster" }, { bootstrap = k.bootstrap.SASL_PLAINTEXT, props = {
+        ["security.protocol"] = "SASL_PLAINTEXT", ["sasl.mechanism"] = mech,
+        ["sasl.jaas.config"] = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="%s" password="%s";')
+          :format(user, pw) } })
+    end
+    assert.is_true((login("SCRAM-SHA-512", carol, "carol-pw")))
+    assert.is_true((login("SCRAM-SHA-256", carol, "carol-pw-256")))
+    assert.is_false((login("SCRAM-SHA-256", carol, "carol-pw")))
+    -- and our own client, with the credentials Java salted
+    local c = kafka.client.new { brokers = k.bootstrap.SASL_PLAINTEXT, security_protocol = "SASL_PLAINTEXT",
+      sasl_mechanism = "SCRAM-SHA-256", sasl_username = dave, sasl_password = "dave-pw" }
+    assert(c:metadata {})
+    c:close()
+
+    -- deletion: one mechanism goes, the other stays; Java agrees
+    res = assert(admin:alter_user_scram_credentials { { user = carol, mechanism = "SCRAM-SHA-256", delete = true } })
+    assert.equal(0, res[1].error_code)
+    assert.same({ "SCRAM " .. carol .. " SCRAM-SHA-512 8192" }, java { "describe-scram", carol })
+    assert.is_false((login("SCRAM-SHA-256", carol, "carol-pw-256")))
+    -- a deletion of what is not there is the user's error alone
+    res = assert(admin:alter_user_scram_credentials {
+      { user = dave, mechanism = "SCRAM-SHA-512", delete = true },
+      { user = carol, mechanism = "SCRAM-SHA-512", delete = true },
+    })
+    assert.equal(errors.RESOURCE_NOT_FOUND, res[1].error_code)
+    assert.equal(0, res[2].error_code)
+  end)
+end)
