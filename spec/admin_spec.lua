@@ -391,6 +391,41 @@ for _, version in ipairs(rk.versions()) do
       assert.equal(errors.TRANSACTIONAL_ID_NOT_FOUND, d[2].error_code, d[2].error)
     end)
 
+    it("abort_transaction: a hanging transaction of Java's producer aborted; Java's read_committed consumer goes on", function()
+      local t = rt.uniq("adm-hang")
+      java(k, { "create", t, 1, 1 })
+      -- Java's transactional producer dies with 3 records in an open transaction (offsets 0-2), then 2 plain ones
+      assert.same({ "ACK 0 0 0", "ACK 0 1 1", "ACK 0 2 2" }, java(k, { "produce-hang", t, 3 }))
+      assert.same({ "ACK 0 3 0", "ACK 0 4 1" }, produce(k, t, 2))
+      local lso = assert(admin:list_offsets({ { topic = t, partition = 0, spec = "latest" } }, { isolation_level = "read_committed" }))
+      assert.equal(0, lso[1].offset)
+      local hung = assert(admin:describe_producers { { topic = t, partition = 0 } })[1]
+      local pid
+      for _, x in ipairs(hung.producers) do if x.current_transaction_start_offset == 0 then pid = x end end
+      assert.truthy(pid)
+      -- no open transaction starts at offset 3: nothing is sent
+      local none = assert(admin:abort_transaction { topic = t, partition = 0, start_offset = 3 })
+      assert.same({ "invalid", ("no open transaction starts at offset 3 of %s/0"):format(t) }, { none.code, none.error })
+      local r = assert(admin:abort_transaction { topic = t, partition = 0, start_offset = 0 })
+      assert.equal(0, r.error_code, r.error)
+      assert.same({ pid.producer_id, pid.producer_epoch, pid.coordinator_epoch or -1 },
+        { r.producer_id, r.producer_epoch, r.coordinator_epoch })
+      -- the abort marker at offset 5: the last stable offset is the end again, and Java's read_committed
+      -- consumer gets the 2 plain records, not the aborted ones
+      lso = assert(admin:list_offsets({ { topic = t, partition = 0, spec = "latest" } }, { isolation_level = "read_committed" }))
+      assert.equal(6, lso[1].offset)
+      local recs = java(k, { "consume", t, 2, 30, "read_committed" })
+      local offs = {}
+      for i, l in ipairs(recs) do offs[i] = l:match("^REC 0 (%d+) ") end
+      assert.same({ "3", "4" }, offs)
+      local after = assert(admin:describe_producers { { topic = t, partition = 0 } })[1]
+      for _, x in ipairs(after.producers) do assert.is_nil(x.current_transaction_start_offset) end
+      -- an explicit spec for a partition the topic lacks: that call's result
+      local bad = assert(admin:abort_transaction { topic = t, partition = 9, producer_id = pid.producer_id,
+        producer_epoch = pid.producer_epoch, coordinator_epoch = -1 })
+      assert.same({ "unknown_partition", ("topic %s has no partition 9"):format(t) }, { bad.code, bad.error })
+    end)
+
     it("an API the broker lacks: a clear error naming the API and the broker's versions", function()
       local a2 = kafka.admin.new { brokers = k.bootstrap.PLAINTEXT }
       -- every broker's connection answered ApiVersions as a broker that speaks

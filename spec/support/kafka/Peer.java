@@ -11,6 +11,8 @@
 //   consume TOPIC N SECONDS [read_committed]
 //       assigns every partition from the beginning, check.crcs on, until N records or the deadline
 //       -> REC partition offset timestamp timestamp_type keyhex valuehex hkey=hvalhex,...
+//   produce-hang TOPIC N          a transactional producer sends N records (key "h<i>", value "hang<i>") and dies
+//       with its transaction open (no commit, abort or close; 15-minute transaction timeout) -> ACK partition offset i
 //   partition NPARTS KEYHEX...   -> PART keyhex partition   (the Java client's key placement)
 //   murmur2 KEYHEX...            -> MURMUR2 keyhex value     (org.apache.kafka.common.utils.Utils.murmur2)
 //   create TOPIC PARTS RF [name=value ...]
@@ -115,6 +117,7 @@ public class Peer {
     static void run(String[] a) throws Exception {
         switch (a[0]) {
             case "produce" -> produce(a[1], Integer.parseInt(a[2]), a[3], a[4]);
+            case "produce-hang" -> produceHang(a[1], Integer.parseInt(a[2]));
             case "consume" -> consume(a[1], Integer.parseInt(a[2]), Integer.parseInt(a[3]), a.length > 4 ? a[4] : "read_uncommitted");
             case "partition" -> {
                 int n = Integer.parseInt(a[1]);
@@ -170,6 +173,29 @@ public class Peer {
                 System.out.println("ACK " + m.partition() + " " + m.offset() + " " + i);
             }
         }
+    }
+
+    // a transactional producer that dies (halt: no commit, no abort, no close) with its transaction open;
+    // its 15-minute transaction timeout keeps the coordinator from aborting it during a test
+    static void produceHang(String topic, int n) throws Exception {
+        Properties p = base();
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "peer-hang-" + topic);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "900000");
+        KafkaProducer<byte[], byte[]> pr = new KafkaProducer<>(p);
+        pr.initTransactions();
+        pr.beginTransaction();
+        List<Future<RecordMetadata>> acks = new ArrayList<>();
+        for (int i = 0; i < n; i++) acks.add(pr.send(new ProducerRecord<>(topic, null, utf8("h" + i), utf8("hang" + i))));
+        pr.flush();
+        for (int i = 0; i < n; i++) {
+            RecordMetadata m = acks.get(i).get();
+            System.out.println("ACK " + m.partition() + " " + m.offset() + " " + i);
+        }
+        System.out.println("DONE");
+        System.out.flush();
+        Runtime.getRuntime().halt(0);
     }
 
     static void consume(String topic, int n, int secs, String isolation) throws Exception {
