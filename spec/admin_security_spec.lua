@@ -205,4 +205,66 @@ describe("kafka.admin security on Kafka " .. version .. " with an authorizer", f
     assert.equal(errors.RESOURCE_NOT_FOUND, res[1].error_code)
     assert.equal(0, res[2].error_code)
   end)
+
+  -- our describe_client_quotas result in Peer's describe-quotas lines
+  local function quota_lines(list)
+    local out = {}
+    for _, e in ipairs(list) do
+      local parts = {}
+      for i, x in ipairs(e.entity) do
+        parts[i] = x.entity_type .. "=" .. (x.entity_name and "[" .. x.entity_name .. "]" or "<default>")
+      end
+      for key, v in pairs(e.values) do out[#out + 1] = ("QUOTA %s %s %.3f"):format(table.concat(parts, ","), key, v) end
+    end
+    table.sort(out)
+    return out
+  end
+
+  it("client quotas: ours read back by Java, Java's described as Java does; filters; removal", function()
+    local u, cid = rt.uniq("quser"), rt.uniq("qclient")
+    local res = assert(admin:alter_client_quotas {
+      { entity = { { entity_type = "user", entity_name = u } },
+        ops = { { key = "producer_byte_rate", value = 1024 }, { key = "consumer_byte_rate", value = 2048 } } },
+      { entity = { { entity_type = "user", entity_name = u }, { entity_type = "client-id", entity_name = cid } },
+        ops = { { key = "request_percentage", value = 12.5 } } },
+      { entity = { { entity_type = "user" } }, ops = { { key = "producer_byte_rate", value = 999 } } },
+      { entity = { { entity_type = "user", entity_name = "x" .. u } }, ops = { { key = "no_such_quota", value = 1 } } },
+    })
+    assert.same({ 0, 0, 0 }, { res[1].error_code, res[2].error_code, res[3].error_code })
+    assert.equal(errors.INVALID_REQUEST, res[4].error_code)
+    java { "alter-quota", "client-id", cid, "consumer_byte_rate", "4096" }
+    local want = {
+      ("QUOTA client-id=[%s] consumer_byte_rate 4096.000"):format(cid),
+      ("QUOTA client-id=[%s],user=[%s] request_percentage 12.500"):format(cid, u),
+      "QUOTA user=<default> producer_byte_rate 999.000",
+      ("QUOTA user=[%s] consumer_byte_rate 2048.000"):format(u),
+      ("QUOTA user=[%s] producer_byte_rate 1024.000"):format(u),
+    }
+    table.sort(want)
+    assert.same(want, java { "describe-quotas" })
+    assert.same(want, quota_lines(assert(admin:describe_client_quotas())))
+    -- filters: the user exactly (strict: not the user+client-id one), the default user, any client-id
+    assert.same({ want[4], want[5] }, quota_lines(assert(admin:describe_client_quotas {
+      components = { { entity_type = "user", match_type = "exact", match = u } }, strict = true })))
+    assert.same({ want[3] }, quota_lines(assert(admin:describe_client_quotas {
+      components = { { entity_type = "user", match_type = "default" } } })))
+    assert.same({ want[1], want[2] }, quota_lines(assert(admin:describe_client_quotas {
+      components = { { entity_type = "client-id", match_type = "specified" } } })))
+    -- removal; validate_only changes nothing
+    res = assert(admin:alter_client_quotas({ { entity = { { entity_type = "user" } },
+      ops = { { key = "producer_byte_rate", remove = true } } } }, { validate_only = true }))
+    assert.equal(0, res[1].error_code)
+    res = assert(admin:alter_client_quotas {
+      { entity = { { entity_type = "user", entity_name = u } }, ops = { { key = "producer_byte_rate", remove = true } } },
+      { entity = { { entity_type = "user" } }, ops = { { key = "producer_byte_rate", remove = true } } },
+      { entity = { { entity_type = "user", entity_name = u }, { entity_type = "client-id", entity_name = cid } },
+        ops = { { key = "request_percentage", remove = true } } },
+      { entity = { { entity_type = "client-id", entity_name = cid } }, ops = { { key = "consumer_byte_rate", remove = true } } },
+    })
+    for i = 1, 4 do assert.equal(0, res[i].error_code, res[i].error) end
+    assert.same({ want[4] }, java { "describe-quotas" })
+    assert.has_error(function()
+      admin:alter_client_quotas { { entity = { { entity_type = "user" } }, ops = { { key = "k", value = "1" } } } }
+    end, 'alter_client_quotas: entries[1].ops[1].value must be a number (got "1")')
+  end)
 end)

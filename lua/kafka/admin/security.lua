@@ -3,7 +3,8 @@
 -- least loaded node; the broker forwards them to the controller) and SCRAM
 -- credentials (DescribeUserScramCredentials to any broker,
 -- AlterUserScramCredentials to the controller, the salted password
--- computed here as Java's ScramFormatter does). Enums are Java's names
+-- computed here as Java's ScramFormatter does) and client quotas
+-- (DescribeClientQuotas, AlterClientQuotas, to any broker). Enums are Java's names
 -- (AclBinding's ResourceType, PatternType, AclOperation,
 -- AclPermissionType), taken in any case, given back in upper case.
 -- Installed into kafka.admin.
@@ -273,7 +274,6 @@ local function salt()
   end
   return string.reverse(table.concat(out))
 end
-_M._scram_salt = salt
 
 --- The users' SCRAM credentials (DescribeUserScramCredentials, to any broker; Kafka 2.7+).
 -- @tparam[opt] {string,...} users user names (nil: every user with credentials)
@@ -419,6 +419,135 @@ function _M:alter_user_scram_credentials(alterations, opts)
   end, { timeout_ms = timeout_of(self, o) })
 end
 
-_M._enums = { RESOURCE_TYPE = RESOURCE_TYPE, PATTERN_TYPE = PATTERN_TYPE, OPERATION = OPERATION, PERMISSION = PERMISSION }
+---------------------------------------------------------------- quotas
+
+-- entity(where, arg, e) -> the protocol's entity list of a quota entity
+-- `{{entity_type=, entity_name=}...}` (entity_name nil: the default entity)
+local function quota_entity(where, arg, e)
+  if type(e) ~= "table" or #e == 0 then check.fail(where, arg, "an array of {entity_type=, entity_name=} tables", e) end
+  local out, seen = {}, {}
+  for i, x in ipairs(e) do
+    local a = arg .. "[" .. i .. "]"
+    if type(x) ~= "table" or type(x.entity_type) ~= "string" then check.fail(where, a, "a {entity_type=, entity_name=} table", x) end
+    check.typed(where, a .. ".entity_name", x.entity_name, nil, "string")
+    if seen[x.entity_type] then check.fail(where, a .. ".entity_type", "a type not listed before", x.entity_type) end
+    seen[x.entity_type] = true
+    out[i] = { entity_type = x.entity_type, entity_name = x.entity_name }
+  end
+  return out
+end
+
+local function sort_entity(list)
+  table.sort(list, function(a, b) return a.entity_type < b.entity_type end)
+  return list
+end
+
+-- entity_key(list) -> a text naming an entity, for matching answers to requests
+local function entity_key(list)
+  local parts = {}
+  for i, x in ipairs(list) do parts[i] = x.entity_type .. "=" .. (x.entity_name and ("[" .. x.entity_name .. "]") or "<default>") end
+  table.sort(parts)
+  return table.concat(parts, ",")
+end
+
+local MATCH_TYPE = { exact = 0, default = 1, specified = 2 }
+
+--- The client quotas a filter matches (DescribeClientQuotas, to any broker; Kafka 2.6+).
+-- @tparam table filter `{components = {{entity_type=, match_type = "exact"|"default"|"specified", match=}...},
+-- strict=}` as Java's ClientQuotaFilter: "exact" the entity named match, "default" the default entity,
+-- "specified" any named entity; strict: only entities with no other component
+-- @tparam[opt] table opts `timeout_ms`
+-- @treturn table `{{entity = {{entity_type=, entity_name=}...}, values = {[key] = number}}...}`, entity parts by
+-- type (entity_name nil for a default entity), entries sorted by entity; or nil, err, code
+function _M:describe_client_quotas(filter, opts)
+  local where = "describe_client_quotas"
+  local o = B.opts(where, opts)
+  if filter == nil then filter = {} end
+  if type(filter) ~= "table" then check.fail(where, "filter", "a {components=, strict=} table", filter) end
+  check.bool(where, "filter.strict", filter.strict, false)
+  local comps = {}
+  for i, c in ipairs(filter.components or {}) do
+    local a = "filter.components[" .. i .. "]"
+    if type(c) ~= "table" or type(c.entity_type) ~= "string" then check.fail(where, a, "a {entity_type=, match_type=, match=} table", c) end
+    check.oneof(where, a .. ".match_type", c.match_type, nil, { "exact", "default", "specified" })
+    local mt = MATCH_TYPE[c.match_type or (c.match ~= nil and "exact" or "specified")]
+    if mt == 0 and type(c.match) ~= "string" then check.fail(where, a .. ".match", "a string", c.match) end
+    comps[i] = { entity_type = c.entity_type, match_type = mt, match = mt == 0 and c.match or nil }
+  end
+  local client = self.client
+  return client:call(function(deadline)
+    local c, err, code = client:any_broker(deadline)
+    if not c then return nil, err, code end
+    local v
+    v, err, code = B.version(c, API.DescribeClientQuotas)
+    if not v then return nil, err, code end
+    local resp
+    resp, err, code = B.request(c, API.DescribeClientQuotas, { components = comps, strict = filter.strict or false }, v, deadline)
+    if not resp then return nil, err, code end
+    if resp.error_code ~= errors.NONE then
+      local e = errors.info(resp.error_code)
+      return nil, ("DescribeClientQuotas: %s: %s"):format(e.name, resp.error_message or e.message),
+        e.retriable and "retriable" or "kafka", e.code, e.retriable
+    end
+    local out = {}
+    for i, x in ipairs(resp.entries or {}) do
+      local ent, vals = {}, {}
+      for j, en in ipairs(x.entity or {}) do ent[j] = { entity_type = en.entity_type, entity_name = en.entity_name } end
+      for _, kv in ipairs(x.values or {}) do vals[kv.key] = kv.value end
+      out[i] = { entity = sort_entity(ent), values = vals }
+    end
+    table.sort(out, function(a, b) return entity_key(a.entity) < entity_key(b.entity) end)
+    return out
+  end, { timeout_ms = timeout_of(self, o) })
+end
+
+--- Sets and removes client quotas (AlterClientQuotas, to any broker; Kafka 2.6+).
+-- @tparam table entries `{{entity = {{entity_type = "user"|"client-id"|"ip", entity_name=}...},
+-- ops = {{key=, value=}|{key=, remove = true}...}}...}` (entity_name nil: the default entity; keys such as
+-- "producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
+-- @tparam[opt] table opts `validate_only`, `timeout_ms`
+-- @treturn table one result per entry: `{entity=, error_code=, error=, code=}`
+function _M:alter_client_quotas(entries, opts)
+  local where = "alter_client_quotas"
+  local o = B.opts(where, opts, { "validate_only" })
+  if type(entries) ~= "table" then check.fail(where, "entries", "an array of {entity=, ops=} tables", entries) end
+  local results, body, keys = {}, {}, {}
+  for i, en in ipairs(entries) do
+    local a = "entries[" .. i .. "]"
+    if type(en) ~= "table" then check.fail(where, a, "an {entity=, ops=} table", en) end
+    local ent = quota_entity(where, a .. ".entity", en.entity)
+    if type(en.ops) ~= "table" then check.fail(where, a .. ".ops", "an array of {key=, value=} or {key=, remove = true} tables", en.ops) end
+    local ops = {}
+    for j, op in ipairs(en.ops) do
+      local oa = a .. ".ops[" .. j .. "]"
+      if type(op) ~= "table" or type(op.key) ~= "string" then check.fail(where, oa, "a {key=, value=} table", op) end
+      check.bool(where, oa .. ".remove", op.remove, false)
+      if op.remove then
+        if op.value ~= nil then check.fail(where, oa .. ".value", "nil with remove = true", op.value) end
+      elseif type(op.value) ~= "number" then
+        check.fail(where, oa .. ".value", "a number", op.value)
+      end
+      ops[j] = { key = op.key, value = op.value or 0, remove = op.remove or false }
+    end
+    local key = entity_key(ent)
+    if keys[key] then check.fail(where, a .. ".entity", "an entity not listed before", key) end
+    keys[key] = true
+    results[i] = { entity = sort_entity(quota_entity(where, a .. ".entity", en.entity)) }
+    body[results[i]] = { entity = ent, ops = ops, key = key }
+  end
+  return any_call(self, API.AlterClientQuotas, 0, results, function(pending)
+    local list = {}
+    for i, r in ipairs(pending) do list[i] = { entity = body[r].entity, ops = body[r].ops } end
+    return { entries = list, validate_only = o.validate_only or false }
+  end, function(resp, pending, retry)
+    local by = {}
+    for _, x in ipairs(resp.entries or {}) do by[entity_key(x.entity or {})] = x end
+    for _, r in ipairs(pending) do
+      local x = by[body[r].key]
+      if x then B.settle(r, x.error_code, x.error_message, retry)
+      else B.fail(r, nil, "the broker's answer did not mention it", "protocol") end
+    end
+  end, o)
+end
 
 return _M

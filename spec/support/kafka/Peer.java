@@ -47,6 +47,9 @@
 //   create-acl TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION   (Java's enum names)
 //   describe-scram [USER...]      -> SCRAM user mechanism iterations (every user when none is named; sorted)
 //   alter-scram USER MECHANISM ITERATIONS PASSWORD   (an upsertion, Java salting the password)
+//   describe-quotas               -> QUOTA entity key value  (every quota; entity: type=[name] or type=<default>,
+//       sorted, joined by ","; value with 3 decimals; sorted)
+//   alter-quota TYPE NAME KEY VALUE   (NAME "<default>": the default entity; VALUE "-": remove)
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -139,7 +142,8 @@ public class Peer {
             case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
-                 "describe-transaction", "describe-acls", "create-acl", "describe-scram", "alter-scram" -> {
+                 "describe-transaction", "describe-acls", "create-acl", "describe-scram", "alter-scram",
+                 "describe-quotas", "alter-quota" -> {
                 try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
             }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
@@ -500,6 +504,27 @@ class AdminModes {
                 var m = org.apache.kafka.clients.admin.ScramMechanism.fromMechanismName(a[2]);
                 admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(a[1],
                     new org.apache.kafka.clients.admin.ScramCredentialInfo(m, Integer.parseInt(a[3])), a[4]))).all().get();
+            }
+            case "describe-quotas" -> {
+                List<String> lines = new ArrayList<>();
+                var all = admin.describeClientQuotas(org.apache.kafka.common.quota.ClientQuotaFilter.all()).entities().get();
+                for (var e : all.entrySet()) {
+                    List<String> parts = new ArrayList<>();
+                    for (var en : e.getKey().entries().entrySet())
+                        parts.add(en.getKey() + "=" + (en.getValue() == null ? "<default>" : "[" + en.getValue() + "]"));
+                    java.util.Collections.sort(parts);
+                    for (var v : e.getValue().entrySet())
+                        lines.add("QUOTA " + String.join(",", parts) + " " + v.getKey() + " " + String.format(java.util.Locale.ROOT, "%.3f", v.getValue()));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "alter-quota" -> {
+                Map<String, String> ent = new HashMap<>();
+                ent.put(a[1], a[2].equals("<default>") ? null : a[2]);
+                var op = new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(a[3], a[4].equals("-") ? null : Double.parseDouble(a[4]));
+                admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(
+                    new org.apache.kafka.common.quota.ClientQuotaEntity(ent), List.of(op)))).all().get();
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }
