@@ -72,6 +72,7 @@ build = {
     ["kafka.cli"] = "lua/kafka/cli.lua",
     ["kafka.cli.data"] = "lua/kafka/cli/data.lua",
     ["kafka.cli.admin"] = "lua/kafka/cli/admin.lua",
+    ["kafka.cli.security"] = "lua/kafka/cli/security.lua",
     ["kafka.mock"] = "lua/kafka/mock.lua",
     ["kafka.mock.log"] = "lua/kafka/mock/log.lua",
     ["kafka.mock.group"] = "lua/kafka/mock/group.lua",

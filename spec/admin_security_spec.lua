@@ -10,6 +10,27 @@ local rt = require "support.realtools"
 local kafka = require "kafka"
 local proto = require "kafka.proto"
 local errors = proto.errors
+local cli = require "kafka.cli"
+
+-- cli_run(bootstrap, argv [, stdin]) -> exit code, stdout, stderr of the lua-kafka command in-process
+local function cli_run(bootstrap, argv, input)
+  local function writer()
+    local w = { parts = {} }
+    function w.write(self, ...)
+      for i = 1, select("#", ...) do self.parts[#self.parts + 1] = select(i, ...) end
+      return self
+    end
+    return w
+  end
+  local out, err = writer(), writer()
+  local args = { "-b", bootstrap }
+  for _, a in ipairs(argv) do args[#args + 1] = a end
+  local lines = {}
+  for l in (input or ""):gmatch("[^\n]+") do lines[#lines + 1] = l end
+  local stdin = { read = function() return table.remove(lines, 1) end }
+  local code = cli.main(args, { stdin = stdin, stdout = out, stderr = err, getenv = function() return nil end })
+  return code, table.concat(out.parts), table.concat(err.parts)
+end
 
 if os.getenv("SPEC_ADMIN") ~= "1" then
   describe("kafka.admin security against a real broker", function()
@@ -266,5 +287,73 @@ describe("kafka.admin security on Kafka " .. version .. " with an authorizer", f
     assert.has_error(function()
       admin:alter_client_quotas { { entity = { { entity_type = "user" } }, ops = { { key = "k", value = "1" } } } }
     end, 'alter_client_quotas: entries[1].ops[1].value must be a number (got "1")')
+  end)
+
+  it("lua-kafka acls, users, quotas: read back by Java; bad input is one line and exit 1", function()
+    local function run(argv, input) return cli_run(k.bootstrap.PLAINTEXT, argv, input) end
+    local t, g, u = rt.uniq("cli-acl"), rt.uniq("cli-g"), rt.uniq("cliuser")
+    local code, out, err = run({ "acls", "create", "--topic", t, "--group", g, "--allow-principal", "User:alice",
+      "--operation", "Read", "--operation", "DescribeConfigs" })
+    assert.same({ 0, "" }, { code, err })
+    assert.equal(5, select(2, out:gsub("\n", ""))) -- the header and the 4 ACLs created
+    local want = {
+      ("ACL GROUP %s LITERAL User:alice * DESCRIBE_CONFIGS ALLOW"):format(g),
+      ("ACL GROUP %s LITERAL User:alice * READ ALLOW"):format(g),
+      ("ACL TOPIC %s LITERAL User:alice * DESCRIBE_CONFIGS ALLOW"):format(t),
+      ("ACL TOPIC %s LITERAL User:alice * READ ALLOW"):format(t),
+    }
+    assert.same(want, java { "describe-acls" })
+    code, out, err = run({ "acls", "list", "--topic", t })
+    assert.same({ 0, "" }, { code, err })
+    local pad = (" "):rep(#t - 4)
+    assert.equal("RESOURCE-TYPE NAME" .. pad .. " PATTERN PRINCIPAL  HOST OPERATION        PERMISSION\n"
+      .. "TOPIC         " .. t .. " LITERAL User:alice *    DESCRIBE_CONFIGS ALLOW\n"
+      .. "TOPIC         " .. t .. " LITERAL User:alice *    READ             ALLOW\n", out)
+    code, out, err = run({ "--json", "acls", "delete", "--topic", t, "--group", g, "--operation", "Read" })
+    assert.same({ 0, "" }, { code, err })
+    assert.equal(2, select(2, out:gsub("\n", "")))
+    assert.truthy(out:find('"operation":"READ"', 1, true))
+    assert.same({ want[1], want[3] }, java { "describe-acls" })
+    code, out, err = run({ "acls", "delete", "--topic", t, "--group", g })
+    assert.same({ 0, "" }, { code, err })
+    assert.equal(3, select(2, out:gsub("\n", ""))) -- the header and the 2 ACLs deleted
+    assert.same({}, java { "describe-acls" })
+    -- bad input: one clear line, exit 1
+    assert.same({ 1, "", "lua-kafka: acls create: create_acls: bindings[1].operation must be one of ALL, READ, WRITE, "
+      .. "CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, "
+      .. "CREATE_TOKENS, DESCRIBE_TOKENS, TWO_PHASE_COMMIT (got \"SING\")\n" },
+      { run({ "acls", "create", "--topic", t, "--allow-principal", "User:a", "--operation", "Sing" }) })
+    assert.same({ 1, "", "lua-kafka: acls delete needs a resource: --topic, --group, --transactional-id or --cluster\n" },
+      { run({ "acls", "delete" }) })
+
+    -- users: the password from stdin; Java's client logs in with it
+    code, out, err = run({ "users", "set", u, "--mechanism", "SCRAM-SHA-256", "--iterations", "4500" }, "s3cret\n")
+    assert.same({ 0, "set SCRAM-SHA-256 credentials of " .. u .. "\n", "" }, { code, out, err })
+    assert.same({ "SCRAM " .. u .. " SCRAM-SHA-256 4500" }, java { "describe-scram", u })
+    assert.same({ 0, "USER" .. (" "):rep(#u - 4) .. " MECHANISM     ITERATIONS\n" .. u .. " SCRAM-SHA-256 4500\n", "" },
+      { run({ "users", "describe", u }) })
+    java({ "describe-cluster" }, { bootstrap = k.bootstrap.SASL_PLAINTEXT, props = {
+      ["security.protocol"] = "SASL_PLAINTEXT", ["sasl.mechanism"] = "SCRAM-SHA-256",
+      ["sasl.jaas.config"] = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="%s" password="s3cret";')
+        :format(u) } })
+    assert.same({ 0, "deleted SCRAM-SHA-256 credentials of " .. u .. "\n", "" },
+      { run({ "users", "delete", u, "--mechanism", "SCRAM-SHA-256" }) })
+    assert.same({}, java { "describe-scram" , u })
+    assert.same({ 2, "", "lua-kafka: users delete " .. u
+      .. ": RESOURCE_NOT_FOUND: Attempt to delete a user credential that does not exist\n" },
+      { run({ "users", "delete", u, "--mechanism", "SCRAM-SHA-256" }) })
+
+    -- quotas
+    assert.same({ 0, "altered the quotas of user=" .. u .. "\n", "" },
+      { run({ "quotas", "alter", "--user", u, "--set", "producer_byte_rate=2048", "--set", "request_percentage=50" }) })
+    assert.same({ ("QUOTA user=[%s] producer_byte_rate 2048.000"):format(u), ("QUOTA user=[%s] request_percentage 50.000"):format(u) },
+      java { "describe-quotas" })
+    code, out, err = run({ "--json", "quotas", "describe", "--user", u })
+    assert.same({ 0, "" }, { code, err })
+    assert.equal(('{"entity":"user=%s","key":"producer_byte_rate","value":2048}\n'
+      .. '{"entity":"user=%s","key":"request_percentage","value":50}\n'):format(u, u), out)
+    assert.same({ 0, "altered the quotas of user=" .. u .. "\n", "" },
+      { run({ "quotas", "alter", "--user", u, "--delete", "producer_byte_rate", "--delete", "request_percentage" }) })
+    assert.same({}, java { "describe-quotas" })
   end)
 end)

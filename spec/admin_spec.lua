@@ -424,6 +424,31 @@ for _, version in ipairs(rk.versions()) do
       local bad = assert(admin:abort_transaction { topic = t, partition = 9, producer_id = pid.producer_id,
         producer_epoch = pid.producer_epoch, coordinator_epoch = -1 })
       assert.same({ "unknown_partition", ("topic %s has no partition 9"):format(t) }, { bad.code, bad.error })
+
+      -- lua-kafka transactions abort, kafka-transactions.sh's flags: another hanging transaction
+      local t2 = rt.uniq("adm-hang-cli")
+      java(k, { "create", t2, 1, 1 })
+      assert.same({ "ACK 0 0 0", "ACK 0 1 1" }, java(k, { "produce-hang", t2, 2 }))
+      local function cli(argv)
+        local outs, errs = {}, {}
+        local function w(t_)
+          return { write = function(self, ...)
+            for i = 1, select("#", ...) do t_[#t_ + 1] = select(i, ...) end
+            return self
+          end }
+        end
+        local args = { "-b", k.bootstrap.PLAINTEXT }
+        for _, a in ipairs(argv) do args[#args + 1] = a end
+        local code = require("kafka.cli").main(args, { stdout = w(outs), stderr = w(errs), getenv = function() return nil end })
+        return { code, table.concat(outs), table.concat(errs) }
+      end
+      assert.same({ 2, "", ("lua-kafka: transactions abort %s/0: no open transaction starts at offset 1 of %s/0\n"):format(t2, t2) },
+        cli { "transactions", "abort", "--topic", t2, "--partition", "0", "--start-offset", "1" })
+      local p2 = assert(admin:describe_producers { { topic = t2, partition = 0 } })[1].producers[1]
+      assert.same({ 0, ("aborted the transaction of producer %d (epoch %d) on %s/0\n"):format(p2.producer_id, p2.producer_epoch, t2), "" },
+        cli { "transactions", "abort", "--topic", t2, "--partition", "0", "--start-offset", "0" })
+      lso = assert(admin:list_offsets({ { topic = t2, partition = 0, spec = "latest" } }, { isolation_level = "read_committed" }))
+      assert.equal(3, lso[1].offset)
     end)
 
     it("an API the broker lacks: a clear error naming the API and the broker's versions", function()

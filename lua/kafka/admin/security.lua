@@ -453,20 +453,20 @@ end
 local MATCH_TYPE = { exact = 0, default = 1, specified = 2 }
 
 --- The client quotas a filter matches (DescribeClientQuotas, to any broker; Kafka 2.6+).
--- @tparam table filter `{components = {{entity_type=, match_type = "exact"|"default"|"specified", match=}...},
+-- @tparam[opt] table qf the filter, `{components = {{entity_type=, match_type = "exact"|"default"|"specified", match=}...},
 -- strict=}` as Java's ClientQuotaFilter: "exact" the entity named match, "default" the default entity,
 -- "specified" any named entity; strict: only entities with no other component
 -- @tparam[opt] table opts `timeout_ms`
 -- @treturn table `{{entity = {{entity_type=, entity_name=}...}, values = {[key] = number}}...}`, entity parts by
 -- type (entity_name nil for a default entity), entries sorted by entity; or nil, err, code
-function _M:describe_client_quotas(filter, opts)
+function _M:describe_client_quotas(qf, opts)
   local where = "describe_client_quotas"
   local o = B.opts(where, opts)
-  if filter == nil then filter = {} end
-  if type(filter) ~= "table" then check.fail(where, "filter", "a {components=, strict=} table", filter) end
-  check.bool(where, "filter.strict", filter.strict, false)
+  if qf == nil then qf = {} end
+  if type(qf) ~= "table" then check.fail(where, "filter", "a {components=, strict=} table", qf) end
+  check.bool(where, "filter.strict", qf.strict, false)
   local comps = {}
-  for i, c in ipairs(filter.components or {}) do
+  for i, c in ipairs(qf.components or {}) do
     local a = "filter.components[" .. i .. "]"
     if type(c) ~= "table" or type(c.entity_type) ~= "string" then check.fail(where, a, "a {entity_type=, match_type=, match=} table", c) end
     check.oneof(where, a .. ".match_type", c.match_type, nil, { "exact", "default", "specified" })
@@ -482,7 +482,7 @@ function _M:describe_client_quotas(filter, opts)
     v, err, code = B.version(c, API.DescribeClientQuotas)
     if not v then return nil, err, code end
     local resp
-    resp, err, code = B.request(c, API.DescribeClientQuotas, { components = comps, strict = filter.strict or false }, v, deadline)
+    resp, err, code = B.request(c, API.DescribeClientQuotas, { components = comps, strict = qf.strict or false }, v, deadline)
     if not resp then return nil, err, code end
     if resp.error_code ~= errors.NONE then
       local e = errors.info(resp.error_code)
