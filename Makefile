@@ -160,7 +160,7 @@ chaos: all
 # budget); .ci/run runs it on ADMIN_KAFKA.
 ADMIN_KAFKA ?= 4.1.2
 admin: all
-	SPEC_ADMIN=1 KAFKA_VERSIONS=$(ADMIN_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/admin_spec.lua spec/admin_security_spec.lua
+	SPEC_ADMIN=1 KAFKA_VERSIONS=$(ADMIN_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/admin_spec.lua spec/admin_security_spec.lua spec/admin_cluster_spec.lua
 
 # The mutants marked ci = true (the promises found unguarded, each with the
 # spec written for it): the part of `make mutants` that .ci/run runs.

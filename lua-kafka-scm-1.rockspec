@@ -69,6 +69,7 @@ build = {
     ["kafka.admin.records"] = "lua/kafka/admin/records.lua",
     ["kafka.admin.transactions"] = "lua/kafka/admin/transactions.lua",
     ["kafka.admin.security"] = "lua/kafka/admin/security.lua",
+    ["kafka.admin.cluster"] = "lua/kafka/admin/cluster.lua",
     ["kafka.cli"] = "lua/kafka/cli.lua",
     ["kafka.cli.data"] = "lua/kafka/cli/data.lua",
     ["kafka.cli.admin"] = "lua/kafka/cli/admin.lua",

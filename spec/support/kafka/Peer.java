@@ -50,6 +50,10 @@
 //   describe-quotas               -> QUOTA entity key value  (every quota; entity: type=[name] or type=<default>,
 //       sorted, joined by ","; value with 3 decimals; sorted)
 //   alter-quota TYPE NAME KEY VALUE   (NAME "<default>": the default entity; VALUE "-": remove)
+//   describe-features             -> EPOCH e ("-" for none), FIN name min max, SUP name min max (sorted)
+//   update-feature NAME LEVEL TYPE   (TYPE: UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE)
+//   describe-log-dirs BROKER TOPIC -> DIR path error total_bytes, then PART path topic p size offset_lag future
+//       (the partitions of TOPIC only; error "-" for none; total "-" when unknown)
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -143,7 +147,7 @@ public class Peer {
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
                  "describe-transaction", "describe-acls", "create-acl", "describe-scram", "alter-scram",
-                 "describe-quotas", "alter-quota" -> {
+                 "describe-quotas", "alter-quota", "describe-features", "update-feature", "describe-log-dirs" -> {
                 try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
             }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
@@ -525,6 +529,38 @@ class AdminModes {
                 var op = new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(a[3], a[4].equals("-") ? null : Double.parseDouble(a[4]));
                 admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(
                     new org.apache.kafka.common.quota.ClientQuotaEntity(ent), List.of(op)))).all().get();
+            }
+            case "describe-features" -> {
+                var f = admin.describeFeatures().featureMetadata().get();
+                System.out.println("EPOCH " + (f.finalizedFeaturesEpoch().isPresent() ? f.finalizedFeaturesEpoch().get() : "-"));
+                List<String> lines = new ArrayList<>();
+                for (var e : f.finalizedFeatures().entrySet())
+                    lines.add("FIN " + e.getKey() + " " + e.getValue().minVersionLevel() + " " + e.getValue().maxVersionLevel());
+                for (var e : f.supportedFeatures().entrySet())
+                    lines.add("SUP " + e.getKey() + " " + e.getValue().minVersion() + " " + e.getValue().maxVersion());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "update-feature" -> admin.updateFeatures(Map.of(a[1], new org.apache.kafka.clients.admin.FeatureUpdate(
+                Short.parseShort(a[2]), org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.valueOf(a[3]))),
+                new org.apache.kafka.clients.admin.UpdateFeaturesOptions()).all().get();
+            case "describe-log-dirs" -> {
+                int broker = Integer.parseInt(a[1]);
+                var dirs = admin.describeLogDirs(List.of(broker)).allDescriptions().get().get(broker);
+                List<String> names = new ArrayList<>(dirs.keySet());
+                java.util.Collections.sort(names);
+                for (String path : names) {
+                    var d = dirs.get(path);
+                    System.out.println("DIR " + path + " " + (d.error() == null ? "-" : org.apache.kafka.common.protocol.Errors.forException(d.error()).name()) + " "
+                        + (d.totalBytes().isPresent() ? d.totalBytes().getAsLong() : "-"));
+                    List<String> lines = new ArrayList<>();
+                    for (var e : d.replicaInfos().entrySet())
+                        if (e.getKey().topic().equals(a[2]))
+                            lines.add("PART " + path + " " + e.getKey().topic() + " " + e.getKey().partition() + " " + e.getValue().size()
+                                + " " + e.getValue().offsetLag() + " " + e.getValue().isFuture());
+                    java.util.Collections.sort(lines);
+                    for (String l : lines) System.out.println(l);
+                }
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }
