@@ -70,6 +70,7 @@ build = {
     ["kafka.admin.transactions"] = "lua/kafka/admin/transactions.lua",
     ["kafka.admin.security"] = "lua/kafka/admin/security.lua",
     ["kafka.admin.cluster"] = "lua/kafka/admin/cluster.lua",
+    ["kafka.admin.replicas"] = "lua/kafka/admin/replicas.lua",
     ["kafka.cli"] = "lua/kafka/cli.lua",
     ["kafka.cli.data"] = "lua/kafka/cli/data.lua",
     ["kafka.cli.admin"] = "lua/kafka/cli/admin.lua",

@@ -173,7 +173,7 @@ describe("kafka.admin security on Kafka " .. version .. " with an authorizer", f
     assert.same({}, only(java { "describe-acls" }, t, prefix))
   end)
 
-  it("ACL misuse raises, naming the field", function()
+  it("ACL misuse raises, naming the field; an API the broker lacks fails naming it", function()
     assert.has_error(function()
       admin:create_acls { { resource_type = "topic", resource_name = "x", principal = "User:a", operation = "any",
         permission_type = "allow" } }
@@ -182,6 +182,21 @@ describe("kafka.admin security on Kafka " .. version .. " with an authorizer", f
       .. "TWO_PHASE_COMMIT (got \"any\")")
     assert.has_error(function() admin:describe_acls { pattern_type = "glob" } end,
       "describe_acls: filter.pattern_type must be one of ANY, MATCH, LITERAL, PREFIXED (got \"glob\")")
+    -- a broker without the API (as Kafka before 2.0 for CreateAcls v1, before 2.7 for the SCRAM ones):
+    -- the call fails as a whole, naming the API and the broker's versions
+    local a2 = kafka.admin.new { brokers = k.bootstrap.PLAINTEXT }
+    local md = assert(a2.client:load_metadata({ topics = {} }))
+    local conn = assert(a2.client:broker(md.brokers[1].node_id))
+    conn.broker_versions[proto.api.CreateAcls] = { min = 0, max = 0 }
+    conn.broker_versions[proto.api.AlterUserScramCredentials] = nil
+    local res, err, code = a2:create_acls { { resource_type = "TOPIC", resource_name = "x", principal = "User:a",
+      operation = "READ", permission_type = "ALLOW" } }
+    assert.same({ nil, "unsupported" }, { res, code })
+    assert.truthy(err:find("^CreateAcls: broker 1 [^ ]+ speaks CreateAcls versions v0%-v0; this call needs v1%-v3$"), err)
+    res, err, code = a2:alter_user_scram_credentials { { user = "x", mechanism = "SCRAM-SHA-256", password = "p" } }
+    assert.same({ nil, "unsupported" }, { res, code })
+    assert.truthy(err:find("AlterUserScramCredentials versions none; this call needs v0%-v0$"), err)
+    a2:close()
   end)
 
   it("SCRAM credentials: ours log Java's client in; described as Java describes them", function()

@@ -513,6 +513,69 @@ describe("kafka.admin on a 3-node Kafka " .. (rk.main() or "-") .. " cluster", f
     assert.same({ [1] = true, [2] = true, [3] = true }, leaders)
   end)
 
+  three_it("alter/list_partition_reassignments and elect_leaders, as Java lists and describes them", function()
+    local t = rt.uniq("adm3-move")
+    -- partition 0 prefers broker 3, partition 1 lives on 1 and 2
+    assert.equal(0, assert(admin:create_topics { { name = t, replica_assignment = { [0] = { 3, 1 }, [1] = { 1, 2 } } } })[1].error_code)
+    local socket = require "socket"
+    -- wait(pred): pred() true within 60 s
+    local function wait(what, pred)
+      local stop = socket.gettime() + 60
+      while not pred() do
+        assert(socket.gettime() < stop, what .. " not within 60 s")
+        socket.sleep(0.3)
+      end
+    end
+    local function part(p) return assert(admin:describe_topics { t })[1].partitions[p + 1] end
+    wait("both partitions led", function() return part(0).leader == 3 and part(1).leader == 1 end)
+    k:kill(3)
+    local ok, err = pcall(function()
+      wait("a new leader for partition 0", function() return part(0).leader == 1 end)
+      -- a move that cannot finish while broker 3 is down: listed as Java lists it
+      local res = assert(admin:alter_partition_reassignments {
+        { topic = t, partition = 1, replicas = { 1, 2, 3 } },
+        { topic = t, partition = 0, cancel = true },
+      })
+      assert.same({ 0, errors.NO_REASSIGNMENT_IN_PROGRESS }, { res[1].error_code, res[2].error_code })
+      local list = assert(admin:list_partition_reassignments())
+      local mine = {}
+      for _, r in ipairs(list) do
+        if r.topic == t then
+          mine[#mine + 1] = ("REASSIGN %s %d %s %s %s"):format(r.topic, r.partition, ids(r.replicas), ids(r.adding_replicas),
+            ids(r.removing_replicas))
+        end
+      end
+      assert.same({ ("REASSIGN %s 1 1,2,3 3 -"):format(t) }, mine)
+      local jl = {}
+      for _, l in ipairs(java(k, { "list-reassignments" })) do if l:find(" " .. t .. " ", 1, true) then jl[#jl + 1] = l end end
+      assert.same(jl, mine)
+      local one = assert(admin:list_partition_reassignments { { topic = t, partition = 0 }, { topic = t, partition = 1 } })
+      assert.same({ { topic = t, partition = 1, replicas = { 1, 2, 3 }, adding_replicas = { 3 }, removing_replicas = {} } }, one)
+      -- cancelled: back to 1,2, as Java describes the topic
+      res = assert(admin:alter_partition_reassignments { { topic = t, partition = 1, cancel = true } })
+      assert.equal(0, res[1].error_code, res[1].error)
+      assert.same({}, assert(admin:list_partition_reassignments { { topic = t, partition = 1 } }))
+      local d = assert(admin:describe_topics { t })
+      assert.same({ 1, 2 }, d[1].partitions[2].replicas)
+      assert.same(java(k, { "describe-topic", t }), topic_lines(d[1]))
+    end)
+    k:restart(3)
+    assert(ok, err)
+    wait("broker 3 back in partition 0's ISR", function()
+      for _, id in ipairs(part(0).isr) do if id == 3 then return true end end
+      return false
+    end)
+    assert.equal(1, part(0).leader)
+    -- the preferred leader again: partition 0 elected, partition 1 already led by its preferred replica
+    local res = assert(admin:elect_leaders("preferred", { { topic = t, partition = 0 }, { topic = t, partition = 1 } }))
+    assert.same({ 0, errors.ELECTION_NOT_NEEDED }, { res[1].error_code, res[2].error_code })
+    wait("broker 3 leads partition 0", function() return part(0).leader == 3 end)
+    local d = assert(admin:describe_topics { t })
+    assert.same(java(k, { "describe-topic", t }), topic_lines(d[1]))
+    res = assert(admin:elect_leaders("preferred", { { topic = t, partition = 0 } }))
+    assert.equal(errors.ELECTION_NOT_NEEDED, res[1].error_code)
+  end)
+
   three_it("configs of each broker at that broker; describe_cluster equals Java's", function()
     local r = assert(admin:describe_configs({ { type = "broker", name = "1" }, { type = "broker", name = "2" },
       { type = "broker", name = "3" } }, { synonyms = true }))

@@ -18,6 +18,7 @@
 -- list_offsets, describe_producers) in kafka.admin.records; transactions in
 -- kafka.admin.transactions; ACLs, SCRAM credentials and quotas in
 -- kafka.admin.security; features and log dirs in kafka.admin.cluster;
+-- leader elections and partition reassignments in kafka.admin.replicas;
 -- shared helpers in kafka.admin.base.
 -- @module kafka.admin
 local proto = require "kafka.proto"
@@ -560,7 +561,7 @@ end
 _M.RESOURCE_NAME = RESOURCE_NAME
 
 for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records", "kafka.admin.transactions",
-  "kafka.admin.security", "kafka.admin.cluster" } do
+  "kafka.admin.security", "kafka.admin.cluster", "kafka.admin.replicas" } do
   for k, f in pairs(require(part)) do _M[k] = f end
 end
 

@@ -52,6 +52,7 @@
 //   alter-quota TYPE NAME KEY VALUE   (NAME "<default>": the default entity; VALUE "-": remove)
 //   describe-features             -> EPOCH e ("-" for none), FIN name min max, SUP name min max (sorted)
 //   update-feature NAME LEVEL TYPE   (TYPE: UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE)
+//   list-reassignments            -> REASSIGN topic p replicas adding removing (ids joined by ",", "-" for none; sorted)
 //   describe-log-dirs BROKER TOPIC -> DIR path error total_bytes, then PART path topic p size offset_lag future
 //       (the partitions of TOPIC only; error "-" for none; total "-" when unknown)
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
@@ -147,7 +148,8 @@ public class Peer {
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
                  "describe-transaction", "describe-acls", "create-acl", "describe-scram", "alter-scram",
-                 "describe-quotas", "alter-quota", "describe-features", "update-feature", "describe-log-dirs" -> {
+                 "describe-quotas", "alter-quota", "describe-features", "update-feature", "describe-log-dirs",
+                 "list-reassignments" -> {
                 try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
             }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
@@ -306,6 +308,13 @@ class AdminModes {
         StringBuilder b = new StringBuilder();
         for (org.apache.kafka.common.Node n : nodes) { if (b.length() > 0) b.append(','); b.append(n.id()); }
         return b.length() == 0 ? "-" : b.toString();
+    }
+
+    static String joined(List<Integer> ids) {
+        if (ids.isEmpty()) return "-";
+        List<String> s = new ArrayList<>();
+        for (Integer i : ids) s.add(i.toString());
+        return String.join(",", s);
     }
 
     static org.apache.kafka.common.config.ConfigResource resource(String type, String name) {
@@ -561,6 +570,16 @@ class AdminModes {
                     java.util.Collections.sort(lines);
                     for (String l : lines) System.out.println(l);
                 }
+            }
+            case "list-reassignments" -> {
+                List<String> lines = new ArrayList<>();
+                for (var e : admin.listPartitionReassignments().reassignments().get().entrySet()) {
+                    var r = e.getValue();
+                    lines.add("REASSIGN " + e.getKey().topic() + " " + e.getKey().partition() + " " + joined(r.replicas()) + " "
+                        + joined(r.addingReplicas()) + " " + joined(r.removingReplicas()));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }
