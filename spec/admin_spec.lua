@@ -526,7 +526,12 @@ describe("kafka.admin on a 3-node Kafka " .. (rk.main() or "-") .. " cluster", f
         socket.sleep(0.3)
       end
     end
-    local function part(p) return assert(admin:describe_topics { t })[1].partitions[p + 1] end
+    -- part(p) -> partition p as described now ({} while the new topic is not in the metadata yet)
+    local function part(p)
+      local d = admin:describe_topics { t }
+      local ps = d and d[1].partitions
+      return ps and ps[p + 1] or { isr = {} }
+    end
     wait("both partitions led", function() return part(0).leader == 3 and part(1).leader == 1 end)
     k:kill(3)
     local ok, err = pcall(function()
