@@ -156,11 +156,12 @@ chaos: all
 	SPEC_CHAOS=1 KAFKA_VERSIONS=$(CHAOS_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/chaos_spec.lua
 
 # kafka.admin against real brokers with Java's AdminClient as the oracle
-# (spec/admin_spec.lua: about 200 s per version, outside make test's
+# (spec/admin_spec.lua: about 200 s per version, and
+# spec/admin_security_spec.lua on a broker with an authorizer; outside make test's
 # budget); .ci/run runs it on ADMIN_KAFKA.
 ADMIN_KAFKA ?= 4.1.2
 admin: all
-	SPEC_ADMIN=1 KAFKA_VERSIONS=$(ADMIN_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/admin_spec.lua
+	SPEC_ADMIN=1 KAFKA_VERSIONS=$(ADMIN_KAFKA) $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) spec/admin_spec.lua spec/admin_security_spec.lua spec/admin_cluster_spec.lua
 
 # The broker matrix: the lite tier of the real-broker specs (MATRIX_SPECS) on
 # $(LUA) against each of MATRIX_KAFKA in turn, each the main version of its own

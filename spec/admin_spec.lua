@@ -391,6 +391,66 @@ for _, version in ipairs(rk.versions()) do
       assert.equal(errors.TRANSACTIONAL_ID_NOT_FOUND, d[2].error_code, d[2].error)
     end)
 
+    it("abort_transaction: a hanging transaction of Java's producer aborted; Java's read_committed consumer goes on", function()
+      local t = rt.uniq("adm-hang")
+      java(k, { "create", t, 1, 1 })
+      -- Java's transactional producer dies with 3 records in an open transaction (offsets 0-2), then 2 plain ones
+      assert.same({ "ACK 0 0 0", "ACK 0 1 1", "ACK 0 2 2" }, java(k, { "produce-hang", t, 3 }))
+      assert.same({ "ACK 0 3 0", "ACK 0 4 1" }, produce(k, t, 2))
+      local lso = assert(admin:list_offsets({ { topic = t, partition = 0, spec = "latest" } }, { isolation_level = "read_committed" }))
+      assert.equal(0, lso[1].offset)
+      local hung = assert(admin:describe_producers { { topic = t, partition = 0 } })[1]
+      local pid
+      for _, x in ipairs(hung.producers) do if x.current_transaction_start_offset == 0 then pid = x end end
+      assert.truthy(pid)
+      -- no open transaction starts at offset 3: nothing is sent
+      local none = assert(admin:abort_transaction { topic = t, partition = 0, start_offset = 3 })
+      assert.same({ "invalid", ("no open transaction starts at offset 3 of %s/0"):format(t) }, { none.code, none.error })
+      local r = assert(admin:abort_transaction { topic = t, partition = 0, start_offset = 0 })
+      assert.equal(0, r.error_code, r.error)
+      assert.same({ pid.producer_id, pid.producer_epoch, pid.coordinator_epoch or -1 },
+        { r.producer_id, r.producer_epoch, r.coordinator_epoch })
+      -- the abort marker at offset 5: the last stable offset is the end again, and Java's read_committed
+      -- consumer gets the 2 plain records, not the aborted ones
+      lso = assert(admin:list_offsets({ { topic = t, partition = 0, spec = "latest" } }, { isolation_level = "read_committed" }))
+      assert.equal(6, lso[1].offset)
+      local recs = java(k, { "consume", t, 2, 30, "read_committed" })
+      local offs = {}
+      for i, l in ipairs(recs) do offs[i] = l:match("^REC 0 (%d+) ") end
+      assert.same({ "3", "4" }, offs)
+      local after = assert(admin:describe_producers { { topic = t, partition = 0 } })[1]
+      for _, x in ipairs(after.producers) do assert.is_nil(x.current_transaction_start_offset) end
+      -- an explicit spec for a partition the topic lacks: that call's result
+      local bad = assert(admin:abort_transaction { topic = t, partition = 9, producer_id = pid.producer_id,
+        producer_epoch = pid.producer_epoch, coordinator_epoch = -1 })
+      assert.same({ "unknown_partition", ("topic %s has no partition 9"):format(t) }, { bad.code, bad.error })
+
+      -- lua-kafka transactions abort, kafka-transactions.sh's flags: another hanging transaction
+      local t2 = rt.uniq("adm-hang-cli")
+      java(k, { "create", t2, 1, 1 })
+      assert.same({ "ACK 0 0 0", "ACK 0 1 1" }, java(k, { "produce-hang", t2, 2 }))
+      local function cli(argv)
+        local outs, errs = {}, {}
+        local function w(t_)
+          return { write = function(self, ...)
+            for i = 1, select("#", ...) do t_[#t_ + 1] = select(i, ...) end
+            return self
+          end }
+        end
+        local args = { "-b", k.bootstrap.PLAINTEXT }
+        for _, a in ipairs(argv) do args[#args + 1] = a end
+        local code = require("kafka.cli").main(args, { stdout = w(outs), stderr = w(errs), getenv = function() return nil end })
+        return { code, table.concat(outs), table.concat(errs) }
+      end
+      assert.same({ 2, "", ("lua-kafka: transactions abort %s/0: no open transaction starts at offset 1 of %s/0\n"):format(t2, t2) },
+        cli { "transactions", "abort", "--topic", t2, "--partition", "0", "--start-offset", "1" })
+      local p2 = assert(admin:describe_producers { { topic = t2, partition = 0 } })[1].producers[1]
+      assert.same({ 0, ("aborted the transaction of producer %d (epoch %d) on %s/0\n"):format(p2.producer_id, p2.producer_epoch, t2), "" },
+        cli { "transactions", "abort", "--topic", t2, "--partition", "0", "--start-offset", "0" })
+      lso = assert(admin:list_offsets({ { topic = t2, partition = 0, spec = "latest" } }, { isolation_level = "read_committed" }))
+      assert.equal(3, lso[1].offset)
+    end)
+
     it("an API the broker lacks: a clear error naming the API and the broker's versions", function()
       local a2 = kafka.admin.new { brokers = k.bootstrap.PLAINTEXT }
       -- every broker's connection answered ApiVersions as a broker that speaks
@@ -451,6 +511,74 @@ describe("kafka.admin on a 3-node Kafka " .. (rk.main() or "-") .. " cluster", f
     local leaders = {}
     for _, p in ipairs(d[2].partitions) do leaders[p.leader] = true end
     assert.same({ [1] = true, [2] = true, [3] = true }, leaders)
+  end)
+
+  three_it("alter/list_partition_reassignments and elect_leaders, as Java lists and describes them", function()
+    local t = rt.uniq("adm3-move")
+    -- partition 0 prefers broker 3, partition 1 lives on 1 and 2
+    assert.equal(0, assert(admin:create_topics { { name = t, replica_assignment = { [0] = { 3, 1 }, [1] = { 1, 2 } } } })[1].error_code)
+    local socket = require "socket"
+    -- wait(pred): pred() true within 60 s
+    local function wait(what, pred)
+      local stop = socket.gettime() + 60
+      while not pred() do
+        assert(socket.gettime() < stop, what .. " not within 60 s")
+        socket.sleep(0.3)
+      end
+    end
+    -- part(p) -> partition p as described now ({} while the new topic is not in the metadata yet)
+    local function part(p)
+      local d = admin:describe_topics { t }
+      local ps = d and d[1].partitions
+      return ps and ps[p + 1] or { isr = {} }
+    end
+    wait("both partitions led", function() return part(0).leader == 3 and part(1).leader == 1 end)
+    k:kill(3)
+    local ok, err = pcall(function()
+      wait("a new leader for partition 0", function() return part(0).leader == 1 end)
+      -- a move that cannot finish while broker 3 is down: listed as Java lists it
+      local res = assert(admin:alter_partition_reassignments {
+        { topic = t, partition = 1, replicas = { 1, 2, 3 } },
+        { topic = t, partition = 0, cancel = true },
+      })
+      assert.same({ 0, errors.NO_REASSIGNMENT_IN_PROGRESS }, { res[1].error_code, res[2].error_code })
+      local list = assert(admin:list_partition_reassignments())
+      local mine = {}
+      for _, r in ipairs(list) do
+        if r.topic == t then
+          mine[#mine + 1] = ("REASSIGN %s %d %s %s %s"):format(r.topic, r.partition, ids(r.replicas), ids(r.adding_replicas),
+            ids(r.removing_replicas))
+        end
+      end
+      assert.same({ ("REASSIGN %s 1 1,2,3 3 -"):format(t) }, mine)
+      local jl = {}
+      for _, l in ipairs(java(k, { "list-reassignments" })) do if l:find(" " .. t .. " ", 1, true) then jl[#jl + 1] = l end end
+      assert.same(jl, mine)
+      local one = assert(admin:list_partition_reassignments { { topic = t, partition = 0 }, { topic = t, partition = 1 } })
+      assert.same({ { topic = t, partition = 1, replicas = { 1, 2, 3 }, adding_replicas = { 3 }, removing_replicas = {} } }, one)
+      -- cancelled: back to 1,2, as Java describes the topic
+      res = assert(admin:alter_partition_reassignments { { topic = t, partition = 1, cancel = true } })
+      assert.equal(0, res[1].error_code, res[1].error)
+      assert.same({}, assert(admin:list_partition_reassignments { { topic = t, partition = 1 } }))
+      local d = assert(admin:describe_topics { t })
+      assert.same({ 1, 2 }, d[1].partitions[2].replicas)
+      assert.same(java(k, { "describe-topic", t }), topic_lines(d[1]))
+    end)
+    k:restart(3)
+    assert(ok, err)
+    wait("broker 3 back in partition 0's ISR", function()
+      for _, id in ipairs(part(0).isr) do if id == 3 then return true end end
+      return false
+    end)
+    assert.equal(1, part(0).leader)
+    -- the preferred leader again: partition 0 elected, partition 1 already led by its preferred replica
+    local res = assert(admin:elect_leaders("preferred", { { topic = t, partition = 0 }, { topic = t, partition = 1 } }))
+    assert.same({ 0, errors.ELECTION_NOT_NEEDED }, { res[1].error_code, res[2].error_code })
+    wait("broker 3 leads partition 0", function() return part(0).leader == 3 end)
+    local d = assert(admin:describe_topics { t })
+    assert.same(java(k, { "describe-topic", t }), topic_lines(d[1]))
+    res = assert(admin:elect_leaders("preferred", { { topic = t, partition = 0 } }))
+    assert.equal(errors.ELECTION_NOT_NEEDED, res[1].error_code)
   end)
 
   three_it("configs of each broker at that broker; describe_cluster equals Java's", function()

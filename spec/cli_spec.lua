@@ -320,7 +320,8 @@ describe("lua-kafka on kafka.mock", function()
   it("--help: every command, and each command's options; exit 0", function()
     local code, out, err = run({ "--help" })
     assert.same({ 0, "" }, { code, err })
-    for _, c in ipairs({ "produce", "consume", "topics", "configs", "groups", "transactions", "cluster", "metadata" }) do
+    for _, c in ipairs({ "produce", "consume", "topics", "configs", "groups", "transactions", "cluster", "metadata",
+      "acls", "users", "quotas" }) do
       assert.truthy(out:find("\n  " .. c .. " ", 1, true), c)
       local code2, out2 = run({ c, "--help" })
       assert.equal(0, code2)

@@ -16,7 +16,10 @@
 -- Guide: docs/admin.md. The calls in their parts: topics, configs and the
 -- cluster here; groups in kafka.admin.groups; records (delete_records,
 -- list_offsets, describe_producers) in kafka.admin.records; transactions in
--- kafka.admin.transactions; shared helpers in kafka.admin.base.
+-- kafka.admin.transactions; ACLs, SCRAM credentials and quotas in
+-- kafka.admin.security; features and log dirs in kafka.admin.cluster;
+-- leader elections and partition reassignments in kafka.admin.replicas;
+-- shared helpers in kafka.admin.base.
 -- @module kafka.admin
 local proto = require "kafka.proto"
 local client_mod = require "kafka.client"
@@ -557,7 +560,8 @@ end
 
 _M.RESOURCE_NAME = RESOURCE_NAME
 
-for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records", "kafka.admin.transactions" } do
+for _, part in ipairs { "kafka.admin.groups", "kafka.admin.records", "kafka.admin.transactions",
+  "kafka.admin.security", "kafka.admin.cluster", "kafka.admin.replicas" } do
   for k, f in pairs(require(part)) do _M[k] = f end
 end
 

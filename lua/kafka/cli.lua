@@ -1,8 +1,9 @@
 --- kafka.cli: the `lua-kafka` command (bin/lua-kafka is a thin wrapper):
 -- argument parsing, the client options of -X and -F, output as text tables
 -- or JSON lines, exit codes. The subcommands are in kafka.cli.data
--- (produce, consume) and kafka.cli.admin (topics, configs, groups,
--- transactions, cluster, metadata). Guide: docs/cli.md.
+-- (produce, consume), kafka.cli.admin (topics, configs, groups,
+-- transactions, cluster, metadata) and kafka.cli.security (acls, users,
+-- quotas). Guide: docs/cli.md.
 --
 --   local code = require("kafka.cli").main(arg)            -- the process' streams
 --   local code = require("kafka.cli").main(argv, { stdin = r, stdout = w, stderr = w,
@@ -530,5 +531,6 @@ end
 
 register(require "kafka.cli.data")
 register(require "kafka.cli.admin")
+register(require "kafka.cli.security")
 
 return _M

@@ -1,5 +1,5 @@
--- kafka.admin's partition-leader calls: delete_records, list_offsets and
--- describe_producers,
+-- kafka.admin's partition-leader calls: delete_records, list_offsets,
+-- describe_producers and abort_transaction,
 -- items grouped by their leader,
 -- one request per leader per attempt, the leaders from a Metadata request
 -- at each attempt (as Java's PartitionLeaderStrategy looks them up):
@@ -250,6 +250,76 @@ function _M:describe_producers(partitions, opts)
     end)
     return true
   end, o)
+end
+
+-- The WriteTxnMarkers answers after which Java's abortTransaction looks the
+-- leader up again and retries
+local MARKER_AGAIN = { [errors.NOT_LEADER_OR_FOLLOWER] = true, [errors.REPLICA_NOT_AVAILABLE] = true,
+  [errors.BROKER_NOT_AVAILABLE] = true, [errors.UNKNOWN_TOPIC_OR_PARTITION] = true }
+
+--- Aborts a hanging transaction on one partition (WriteTxnMarkers with an
+-- ABORT marker, to the partition's leader), as kafka-transactions.sh abort
+-- and Java's abortTransaction do: for a transaction its coordinator no
+-- longer completes, which holds back the last stable offset and so every
+-- read_committed consumer of the partition.
+-- @tparam table spec `{topic=, partition=, start_offset=}` (the producer found
+-- with describe_producers: the one whose open transaction starts there), or
+-- `{topic=, partition=, producer_id=, producer_epoch=, coordinator_epoch=}`
+-- @tparam[opt] table opts `timeout_ms`
+-- @treturn table `{topic=, partition=, producer_id=, producer_epoch=, coordinator_epoch=, error_code=, error=,
+-- code=}` (code "invalid" when no open transaction starts at start_offset), or nil, err, code
+function _M:abort_transaction(spec, opts)
+  local where = "abort_transaction"
+  local o = B.opts(where, opts)
+  B.tp(where, "spec", spec)
+  local r = { topic = spec.topic, partition = spec.partition }
+  if spec.start_offset ~= nil then
+    check.int(where, "spec.start_offset", spec.start_offset, nil, 0)
+    if spec.producer_id ~= nil then check.fail(where, "spec.producer_id", "nil with start_offset", spec.producer_id) end
+    local d, err, code = self:describe_producers({ { topic = spec.topic, partition = spec.partition } }, o)
+    if not d then return nil, err, code end
+    d = d[1]
+    if d.error_code ~= errors.NONE then
+      r.error_code, r.error, r.code = d.error_code, d.error, d.code
+      return r
+    end
+    for _, p in ipairs(d.producers) do
+      if p.current_transaction_start_offset == spec.start_offset then
+        r.producer_id, r.producer_epoch, r.coordinator_epoch = p.producer_id, p.producer_epoch, p.coordinator_epoch or -1
+      end
+    end
+    if not r.producer_id then
+      return B.fail(r, nil, ("no open transaction starts at offset %d of %s/%d"):format(spec.start_offset, spec.topic,
+        spec.partition), "invalid")
+    end
+  else
+    local function need(name, lo, hi)
+      local v = check.int(where, "spec." .. name, spec[name], nil, lo, hi)
+      if v == nil then check.fail(where, "spec." .. name, "an integer (or give start_offset)", nil) end
+      return v
+    end
+    r.producer_id, r.producer_epoch = need("producer_id", 0), need("producer_epoch", 0, 32767)
+    r.coordinator_epoch = need("coordinator_epoch", -1)
+  end
+  local out, err, code = leader_call(self, { r }, function(c, its, deadline, retry)
+    local v, e, k = B.version(c, API.WriteTxnMarkers)
+    if not v then return nil, e, k end
+    local x = its[1]
+    local resp
+    resp, e, k = B.request(c, API.WriteTxnMarkers, { markers = { { producer_id = x.producer_id,
+      producer_epoch = x.producer_epoch, transaction_result = false, coordinator_epoch = x.coordinator_epoch,
+      topics = { { name = x.topic, partition_indexes = { x.partition } } } } } }, v, deadline)
+    if not resp then return nil, e, k end
+    local m = resp.markers and resp.markers[1]
+    if not m or m.producer_id ~= x.producer_id then
+      B.fail(x, nil, "WriteTxnMarkers: the answer has no marker for producer " .. x.producer_id, "protocol")
+      return true
+    end
+    match(m.topics, its, function(res, p) B.settle(res, p.error_code, nil, retry, MARKER_AGAIN) end)
+    return true
+  end, o)
+  if not out then return nil, err, code end
+  return out[1]
 end
 
 return _M

@@ -329,9 +329,49 @@ end
 
 ---------------------------------------------------------------- transactions, cluster, metadata
 
-local function transactions(ctx, _, pos)
+local TRANSACTIONS = {
+  { nil, "--topic", arg = "TOPIC", doc = "abort: the partition's topic" },
+  { nil, "--partition", arg = "P", doc = "abort: the partition" },
+  { nil, "--start-offset", arg = "OFFSET", doc = "abort: the offset where the hanging transaction starts "
+    .. "(its producer found with describe_producers)" },
+  { nil, "--producer-id", arg = "ID", doc = "abort: the producer id (instead of --start-offset)" },
+  { nil, "--producer-epoch", arg = "EPOCH", doc = "abort: with --producer-id" },
+  { nil, "--coordinator-epoch", arg = "EPOCH", doc = "abort: with --producer-id" },
+}
+
+-- abort(ctx, o): kafka-transactions.sh abort
+local function abort(ctx, o)
   local C = cli()
-  local act = action(pos, { "list", "describe" }, "transactions")
+  if not o.topic or not o.partition then C.usage("transactions abort needs --topic and --partition") end
+  local spec = { topic = o.topic, partition = C.int("transactions abort: --partition", o.partition, 0) }
+  if o.start_offset then
+    if o.producer_id then C.usage("transactions abort: --start-offset and --producer-id exclude each other") end
+    spec.start_offset = C.int("transactions abort: --start-offset", o.start_offset, 0)
+  elseif o.producer_id and o.producer_epoch and o.coordinator_epoch then
+    spec.producer_id = C.int("transactions abort: --producer-id", o.producer_id, 0)
+    spec.producer_epoch = C.int("transactions abort: --producer-epoch", o.producer_epoch, 0, 32767)
+    spec.coordinator_epoch = C.int("transactions abort: --coordinator-epoch", o.coordinator_epoch, -1)
+  else
+    C.usage("transactions abort needs --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch")
+  end
+  local r = ctx:check("transactions abort", ctx:admin():abort_transaction(spec))
+  if r.error then
+    ctx:item_error(("transactions abort %s/%d: %s"):format(r.topic, r.partition, r.error))
+    return
+  end
+  ctx:emit({ topic = r.topic, partition = r.partition, producer_id = r.producer_id, producer_epoch = r.producer_epoch,
+    coordinator_epoch = r.coordinator_epoch, aborted = true },
+    ("aborted the transaction of producer %d (epoch %d) on %s/%d"):format(r.producer_id, r.producer_epoch, r.topic,
+      r.partition))
+end
+
+local function transactions(ctx, o, pos)
+  local C = cli()
+  local act = action(pos, { "list", "describe", "abort" }, "transactions")
+  if act == "abort" then
+    if #pos > 0 then C.usage(("transactions abort: unexpected argument %q"):format(pos[1])) end
+    return abort(ctx, o)
+  end
   local admin = ctx:admin()
   if act == "list" then
     if #pos > 0 then C.usage(("transactions list: unexpected argument %q"):format(pos[1])) end
@@ -401,8 +441,10 @@ _M.commands = {
     options = GROUPS, run = groups,
     usage = "groups list | describe GROUP... | reset GROUP (-t TOPIC[:P,...]... | --all-topics) (--to-earliest | "
       .. "--to-latest | --to-offset N | --to-timestamp MS | --shift-by N) [--execute] | delete GROUP..." },
-  { name = "transactions", summary = "list or describe transactions", options = {}, run = transactions,
-    usage = "transactions list | describe TRANSACTIONAL_ID..." },
+  { name = "transactions", summary = "list, describe or abort (a hanging one) transactions", options = TRANSACTIONS,
+    run = transactions,
+    usage = "transactions list | describe TRANSACTIONAL_ID... | abort --topic T --partition P (--start-offset N | "
+      .. "--producer-id ID --producer-epoch E --coordinator-epoch C)" },
   { name = "cluster", summary = "the cluster id, the controller and the brokers", options = {}, run = cluster,
     usage = "cluster" },
   { name = "metadata", summary = "the cluster and every topic's partitions, leaders, replicas and ISRs",

@@ -11,6 +11,8 @@
 //   consume TOPIC N SECONDS [read_committed]
 //       assigns every partition from the beginning, check.crcs on, until N records or the deadline
 //       -> REC partition offset timestamp timestamp_type keyhex valuehex hkey=hvalhex,...
+//   produce-hang TOPIC N          a transactional producer sends N records (key "h<i>", value "hang<i>") and dies
+//       with its transaction open (no commit, abort or close; 15-minute transaction timeout) -> ACK partition offset i
 //   partition NPARTS KEYHEX...   -> PART keyhex partition   (the Java client's key placement)
 //   murmur2 KEYHEX...            -> MURMUR2 keyhex value     (org.apache.kafka.common.utils.Utils.murmur2)
 //   create TOPIC PARTS RF [name=value ...]
@@ -45,6 +47,19 @@
 //   describe-producers TOPIC P... -> PRODUCER p id epoch last_sequence last_timestamp coordinator_epoch txn_start ("-" for none)
 //   list-transactions             -> TXN id producer_id state
 //   describe-transaction ID       -> TXN id state producer_id epoch timeout_ms start_ms ("-" for none) tps (topic:p joined by ",")
+//   describe-acls                 -> ACL resource_type name pattern_type principal host operation permission (every ACL,
+//       Java's enum names, sorted)
+//   create-acl TYPE NAME PATTERN PRINCIPAL HOST OPERATION PERMISSION   (Java's enum names)
+//   describe-scram [USER...]      -> SCRAM user mechanism iterations (every user when none is named; sorted)
+//   alter-scram USER MECHANISM ITERATIONS PASSWORD   (an upsertion, Java salting the password)
+//   describe-quotas               -> QUOTA entity key value  (every quota; entity: type=[name] or type=<default>,
+//       sorted, joined by ","; value with 3 decimals; sorted)
+//   alter-quota TYPE NAME KEY VALUE   (NAME "<default>": the default entity; VALUE "-": remove)
+//   describe-features             -> EPOCH e ("-" for none), FIN name min max, SUP name min max (sorted)
+//   update-feature NAME LEVEL TYPE   (TYPE: UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE)
+//   list-reassignments            -> REASSIGN topic p replicas adding removing (ids joined by ",", "-" for none; sorted)
+//   describe-log-dirs BROKER TOPIC -> DIR path error total_bytes, then PART path topic p size offset_lag future
+//       (the partitions of TOPIC only; error "-" for none; total "-" when unknown)
 // -Dbs=host:port,... sets the bootstrap servers, -Dprops=FILE extra client settings.
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -115,6 +130,7 @@ public class Peer {
     static void run(String[] a) throws Exception {
         switch (a[0]) {
             case "produce" -> produce(a[1], Integer.parseInt(a[2]), a[3], a[4]);
+            case "produce-hang" -> produceHang(a[1], Integer.parseInt(a[2]));
             case "consume" -> consume(a[1], Integer.parseInt(a[2]), Integer.parseInt(a[3]), a.length > 4 ? a[4] : "read_uncommitted");
             case "partition" -> {
                 int n = Integer.parseInt(a[1]);
@@ -137,7 +153,9 @@ public class Peer {
             case "list-topics", "describe-topic", "describe-configs", "describe-cluster", "list-groups", "describe-group",
                  "list-group-offsets", "alter-group-offsets", "group-lag", "offsets", "create-topic-assign",
                  "create-partitions", "delete-records", "alter-config", "describe-producers", "list-transactions",
-                 "describe-transaction" -> {
+                 "describe-transaction", "describe-acls", "create-acl", "describe-scram", "alter-scram",
+                 "describe-quotas", "alter-quota", "describe-features", "update-feature", "describe-log-dirs",
+                 "list-reassignments" -> {
                 try (Admin admin = Admin.create(base())) { AdminModes.run(admin, a); }
             }
             default -> throw new IllegalArgumentException("unknown mode " + a[0]);
@@ -171,6 +189,29 @@ public class Peer {
                 System.out.println("ACK " + m.partition() + " " + m.offset() + " " + i);
             }
         }
+    }
+
+    // a transactional producer that dies (halt: no commit, no abort, no close) with its transaction open;
+    // its 15-minute transaction timeout keeps the coordinator from aborting it during a test
+    static void produceHang(String topic, int n) throws Exception {
+        Properties p = base();
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "peer-hang-" + topic);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "900000");
+        KafkaProducer<byte[], byte[]> pr = new KafkaProducer<>(p);
+        pr.initTransactions();
+        pr.beginTransaction();
+        List<Future<RecordMetadata>> acks = new ArrayList<>();
+        for (int i = 0; i < n; i++) acks.add(pr.send(new ProducerRecord<>(topic, null, utf8("h" + i), utf8("hang" + i))));
+        pr.flush();
+        for (int i = 0; i < n; i++) {
+            RecordMetadata m = acks.get(i).get();
+            System.out.println("ACK " + m.partition() + " " + m.offset() + " " + i);
+        }
+        System.out.println("DONE");
+        System.out.flush();
+        Runtime.getRuntime().halt(0);
     }
 
     static void consume(String topic, int n, int secs, String isolation) throws Exception {
@@ -273,6 +314,13 @@ class AdminModes {
         StringBuilder b = new StringBuilder();
         for (org.apache.kafka.common.Node n : nodes) { if (b.length() > 0) b.append(','); b.append(n.id()); }
         return b.length() == 0 ? "-" : b.toString();
+    }
+
+    static String joined(List<Integer> ids) {
+        if (ids.isEmpty()) return "-";
+        List<String> s = new ArrayList<>();
+        for (Integer i : ids) s.add(i.toString());
+        return String.join(",", s);
     }
 
     static org.apache.kafka.common.config.ConfigResource resource(String type, String name) {
@@ -447,6 +495,97 @@ class AdminModes {
                 System.out.println("TXN " + a[1] + " " + d.state() + " " + d.producerId() + " " + d.producerEpoch() + " "
                     + d.transactionTimeoutMs() + " " + (d.transactionStartTimeMs().isPresent() ? d.transactionStartTimeMs().getAsLong() : "-")
                     + " " + (tps.isEmpty() ? "-" : String.join(",", tps)));
+            }
+            case "describe-acls" -> {
+                List<String> lines = new ArrayList<>();
+                for (var b : admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get())
+                    lines.add("ACL " + b.pattern().resourceType() + " " + b.pattern().name() + " " + b.pattern().patternType() + " "
+                        + b.entry().principal() + " " + b.entry().host() + " " + b.entry().operation() + " " + b.entry().permissionType());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "create-acl" -> {
+                var pat = new org.apache.kafka.common.resource.ResourcePattern(org.apache.kafka.common.resource.ResourceType.valueOf(a[1]),
+                    a[2], org.apache.kafka.common.resource.PatternType.valueOf(a[3]));
+                var e = new org.apache.kafka.common.acl.AccessControlEntry(a[4], a[5], org.apache.kafka.common.acl.AclOperation.valueOf(a[6]),
+                    org.apache.kafka.common.acl.AclPermissionType.valueOf(a[7]));
+                admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(pat, e))).all().get();
+            }
+            case "describe-scram" -> {
+                var r = a.length > 1 ? admin.describeUserScramCredentials(List.of(a).subList(1, a.length)) : admin.describeUserScramCredentials();
+                List<String> lines = new ArrayList<>();
+                for (var d : r.all().get().values())
+                    for (var ci : d.credentialInfos()) lines.add("SCRAM " + d.name() + " " + ci.mechanism().mechanismName() + " " + ci.iterations());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "alter-scram" -> {
+                var m = org.apache.kafka.clients.admin.ScramMechanism.fromMechanismName(a[2]);
+                admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(a[1],
+                    new org.apache.kafka.clients.admin.ScramCredentialInfo(m, Integer.parseInt(a[3])), a[4]))).all().get();
+            }
+            case "describe-quotas" -> {
+                List<String> lines = new ArrayList<>();
+                var all = admin.describeClientQuotas(org.apache.kafka.common.quota.ClientQuotaFilter.all()).entities().get();
+                for (var e : all.entrySet()) {
+                    List<String> parts = new ArrayList<>();
+                    for (var en : e.getKey().entries().entrySet())
+                        parts.add(en.getKey() + "=" + (en.getValue() == null ? "<default>" : "[" + en.getValue() + "]"));
+                    java.util.Collections.sort(parts);
+                    for (var v : e.getValue().entrySet())
+                        lines.add("QUOTA " + String.join(",", parts) + " " + v.getKey() + " " + String.format(java.util.Locale.ROOT, "%.3f", v.getValue()));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "alter-quota" -> {
+                Map<String, String> ent = new HashMap<>();
+                ent.put(a[1], a[2].equals("<default>") ? null : a[2]);
+                var op = new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(a[3], a[4].equals("-") ? null : Double.parseDouble(a[4]));
+                admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(
+                    new org.apache.kafka.common.quota.ClientQuotaEntity(ent), List.of(op)))).all().get();
+            }
+            case "describe-features" -> {
+                var f = admin.describeFeatures().featureMetadata().get();
+                System.out.println("EPOCH " + (f.finalizedFeaturesEpoch().isPresent() ? f.finalizedFeaturesEpoch().get() : "-"));
+                List<String> lines = new ArrayList<>();
+                for (var e : f.finalizedFeatures().entrySet())
+                    lines.add("FIN " + e.getKey() + " " + e.getValue().minVersionLevel() + " " + e.getValue().maxVersionLevel());
+                for (var e : f.supportedFeatures().entrySet())
+                    lines.add("SUP " + e.getKey() + " " + e.getValue().minVersion() + " " + e.getValue().maxVersion());
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
+            }
+            case "update-feature" -> admin.updateFeatures(Map.of(a[1], new org.apache.kafka.clients.admin.FeatureUpdate(
+                Short.parseShort(a[2]), org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.valueOf(a[3]))),
+                new org.apache.kafka.clients.admin.UpdateFeaturesOptions()).all().get();
+            case "describe-log-dirs" -> {
+                int broker = Integer.parseInt(a[1]);
+                var dirs = admin.describeLogDirs(List.of(broker)).allDescriptions().get().get(broker);
+                List<String> names = new ArrayList<>(dirs.keySet());
+                java.util.Collections.sort(names);
+                for (String path : names) {
+                    var d = dirs.get(path);
+                    System.out.println("DIR " + path + " " + (d.error() == null ? "-" : org.apache.kafka.common.protocol.Errors.forException(d.error()).name()) + " "
+                        + (d.totalBytes().isPresent() ? d.totalBytes().getAsLong() : "-"));
+                    List<String> lines = new ArrayList<>();
+                    for (var e : d.replicaInfos().entrySet())
+                        if (e.getKey().topic().equals(a[2]))
+                            lines.add("PART " + path + " " + e.getKey().topic() + " " + e.getKey().partition() + " " + e.getValue().size()
+                                + " " + e.getValue().offsetLag() + " " + e.getValue().isFuture());
+                    java.util.Collections.sort(lines);
+                    for (String l : lines) System.out.println(l);
+                }
+            }
+            case "list-reassignments" -> {
+                List<String> lines = new ArrayList<>();
+                for (var e : admin.listPartitionReassignments().reassignments().get().entrySet()) {
+                    var r = e.getValue();
+                    lines.add("REASSIGN " + e.getKey().topic() + " " + e.getKey().partition() + " " + joined(r.replicas()) + " "
+                        + joined(r.addingReplicas()) + " " + joined(r.removingReplicas()));
+                }
+                java.util.Collections.sort(lines);
+                for (String l : lines) System.out.println(l);
             }
             default -> throw new IllegalArgumentException("unknown admin mode " + a[0]);
         }
