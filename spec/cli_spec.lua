@@ -75,6 +75,31 @@ describe("lua-kafka on kafka.mock", function()
       { code, out, err })
   end)
 
+  it("--progress: the count and rate on stderr at most once a second and at the end; a terminal turns it on", function()
+    -- a clock 400 ms on at each look
+    local function run_clocked(argv, input, isatty)
+      local out, err = writer(), writer()
+      local t = 0
+      local args = { "-b", cluster:bootstrap() }
+      for _, a in ipairs(argv) do args[#args + 1] = a end
+      local code = cli.main(args, { stdin = reader(input), stdout = out, stderr = err,
+        getenv = function() return nil end, isatty = function() return isatty end,
+        now = function() t = t + 400; return t end,
+        client = { socket = cluster:socket_factory(), retry_backoff_ms = 1 } })
+      return code, out:text(), err:text()
+    end
+    assert.same({ 0, "", "\rproduced 1 messages (0 msg/s)\rproduced 4 messages (3 msg/s)"
+      .. "\rproduced 5 messages in 2.0 s (3 msg/s)\n" },
+      { run_clocked({ "--progress", "produce", "-t", "one" }, "a\nb\nc\nd\ne\n", false) })
+    -- a terminal: on by default; --no-progress turns it off
+    assert.same({ 0, "a\nb\n", "\rconsumed 1 messages (0 msg/s)\rconsumed 2 messages in 0.8 s (3 msg/s)\n" },
+      { run_clocked({ "consume", "-t", "one", "-o", "beginning", "-c", "2" }, "", true) })
+    assert.same({ 0, "a\nb\n", "" },
+      { run_clocked({ "--no-progress", "consume", "-t", "one", "-o", "beginning", "-c", "2" }, "", true) })
+    assert.same({ 1, "", "lua-kafka: --progress and --no-progress exclude each other\n" },
+      { run_clocked({ "--progress", "--no-progress", "consume", "-t", "one" }, "", false) })
+  end)
+
   it("produce: a message not delivered is a line on stderr naming its line, exit 2; the others delivered", function()
     local errors = require("kafka.proto").errors
     cluster:fail(require("kafka.proto").api.Produce, errors.TOPIC_AUTHORIZATION_FAILED, 1)

@@ -1320,4 +1320,9 @@ return {
       local r = recs[o]]=],
     spec = "spec/share_consumer_spec.lua", filter = "released records", env = K44,
     promise = "only records inside the acquired ranges are delivered (a batch fetched again for its released records)" },
+  { name = "cli-progress-every-message", file = "lua/kafka/cli.lua",
+    find = [[  if not final and self.progress_last and t - self.progress_last < 1000 then return end]],
+    replace = [[  if false then return end]],
+    spec = "spec/cli_spec.lua", filter = "progress", ci = true,
+    promise = "the CLI's progress line comes at most once a second (a line per message floods the terminal)" },
 }

@@ -245,6 +245,9 @@ local GLOBAL = {
     doc = "a client, producer or consumer option (docs/options.md; Kafka's dotted names too)" },
   { "-F", "--config-file", arg = "FILE", doc = "a properties file in Kafka's format (client.properties)" },
   { nil, "--json", doc = "output as JSON lines, one object a line" },
+  { nil, "--progress", doc = "produce/consume: the count and rate on stderr each second and at the end "
+    .. "(default when stdout and stderr are terminals)" },
+  { nil, "--no-progress", doc = "no progress lines, even on a terminal" },
   { "-h", "--help", doc = "this help" },
 }
 _M.GLOBAL = GLOBAL
@@ -379,6 +382,24 @@ function Ctx:table(columns, records)
   for _, row in ipairs(rows) do line(row) end
 end
 
+-- The progress of produce/consume on stderr (--progress, or stdout and stderr
+-- terminals): "\r<verb> N messages (R msg/s)" at most once a second, and
+-- "<verb> N messages in T s (R msg/s)" at the end (final = true).
+function Ctx:progress(verb, n, final)
+  if not self.show_progress then return end
+  local t = self.env.now()
+  self.progress_start = self.progress_start or t
+  if not final and self.progress_last and t - self.progress_last < 1000 then return end
+  self.progress_last = t
+  local dt = (t - self.progress_start) / 1000
+  local rate = dt > 0 and math.floor(n / dt + 0.5) or 0
+  if final then
+    self.stderr:write(("\r%s %d messages in %.1f s (%d msg/s)\n"):format(verb, n, dt, rate))
+  else
+    self.stderr:write(("\r%s %d messages (%d msg/s)"):format(verb, n, rate))
+  end
+end
+
 --- Reports one failed item on stderr; the command then exits 2.
 function Ctx:item_error(msg)
   self.stderr:write("lua-kafka: ", msg, "\n")
@@ -505,6 +526,8 @@ local function run(argv, env)
   local o, pos = parse(rest, { GLOBAL, c.options }, name .. ": ")
   if o.help then ctx.stdout:write(command_help(c)); return EXIT.ok end
   ctx.json = o.json
+  if o.progress and o.no_progress then fail(EXIT.usage, "--progress and --no-progress exclude each other") end
+  ctx.show_progress = o.progress or (not o.no_progress and env.isatty())
   configure(ctx, o, env)
   local ok, err = xpcall(function() return c.run(ctx, o, pos) end, traced)
   if ctx._client then pcall(ctx._client.close, ctx._client) end
@@ -514,13 +537,21 @@ end
 
 --- Runs the command line; returns the exit code. env (all optional):
 -- stdin, stdout, stderr (objects with read/lines and write), client (options
--- merged into the client's, e.g. an in-process mock's socket), getenv.
+-- merged into the client's, e.g. an in-process mock's socket), getenv,
+-- isatty() (stdout and stderr are terminals), now() (ms, for --progress).
 function _M.main(argv, env)
   env = env or {}
   env.stdin = env.stdin or io.stdin
   env.stdout = env.stdout or io.stdout
   env.stderr = env.stderr or io.stderr
   env.getenv = env.getenv or os.getenv
+  -- progress by default only on a terminal: the process' own stdout and stderr
+  env.isatty = env.isatty or function()
+    if env.stdout ~= io.stdout or env.stderr ~= io.stderr then return false end
+    local r = os.execute("test -t 1 && test -t 2")
+    return r == true or r == 0
+  end
+  env.now = env.now or function() return require("socket").gettime() * 1000 end
   local args = {}
   for i = 1, #argv do args[i] = argv[i] end
   local ok, code = xpcall(function() return run(args, env) end, traced)

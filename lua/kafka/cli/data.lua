@@ -85,10 +85,12 @@ local function produce(ctx, o, pos)
     local id, err = p:send(o.topic, value, { key = key, partition = partition, headers = headers })
     if id then line_of[id] = count else ctx:item_error(("produce: line %d: %s"):format(count, tostring(err))) end
     if count % _M.FLUSH_EVERY == 0 then drain() end
+    ctx:progress("produced", count)
   end
   if input ~= ctx.stdin then input:close() end
   drain()
   p:close()
+  ctx:progress("produced", count, true)
 end
 
 ---------------------------------------------------------------- consume
@@ -271,6 +273,7 @@ local function consume(ctx, o, pos)
       if ctx.json then ctx:write(C.json(message_json(m)), "\n")
       else ctx:write(render(parts, m)) end
       got = got + 1
+      ctx:progress("consumed", got)
       if count and got >= count then
         -- the poll's messages not written: each partition back to its first
         -- one, so that the group's commit stores only what was written
@@ -286,6 +289,7 @@ local function consume(ctx, o, pos)
     if ctx.stdout.flush then ctx.stdout:flush() end
   end
   c:close()
+  ctx:progress("consumed", got, true)
   if result_err then C.kafka(result_err) end
 end
 
