@@ -35,7 +35,7 @@ local function certs()
   return dir
 end
 
--- the peer serving mode (tlspeer.py) -> process, port
+-- the peer serving mode (tlspeer.py) -> process, port, pid
 local function start_peer(mode, idle)
   local portfile = os.tmpname()
   os.remove(portfile)
@@ -45,11 +45,11 @@ local function start_peer(mode, idle)
   while socket.gettime() < deadline do
     local f = io.open(portfile)
     if f then
-      local port = tonumber(f:read("*l"))
+      local port, pid = tonumber(f:read("*l")), tonumber(f:read("*l"))
       f:close()
       if port then
         os.remove(portfile)
-        return p, port
+        return p, port, pid
       end
     end
     socket.sleep(0.01)
@@ -78,10 +78,12 @@ describe("TLS in C (the inbox)", function()
     if dir then os.execute("rm -rf " .. dir) end
   end)
 
-  -- runs fn(port) against a peer of mode; the peer is stopped after
+  -- runs fn(port) against a peer of mode; the peer is stopped after (killed:
+  -- it would wait out its idle time, a silent one its 8 s)
   local function with_peer(mode, fn, idle)
-    local p, port = start_peer(mode, idle)
+    local p, port, pid = start_peer(mode, idle)
     local ok, err = pcall(fn, port)
+    if pid then os.execute(("kill %d 2>/dev/null"):format(pid)) end
     p:close()
     assert(ok, err)
   end

@@ -45,7 +45,7 @@ def main():
     ls.bind(("127.0.0.1", 0))
     ls.listen(4)
     with open(portfile + ".tmp", "w") as f:
-        f.write(str(ls.getsockname()[1]) + "\n")
+        f.write(str(ls.getsockname()[1]) + "\n" + str(os.getpid()) + "\n")
     os.rename(portfile + ".tmp", portfile)
     ls.settimeout(idle)
     while True:
