@@ -24,7 +24,7 @@ LIBS := -lz -lsnappy -llz4 -lzstd $(CRYPTO_LIBS)
 LDFLAGS ?=
 
 CORE_SRC := csrc/buf.c csrc/crc.c csrc/compress.c csrc/records.c csrc/schema.c csrc/apis.c csrc/crypto.c csrc/tls.c
-GLUE_SRC := csrc/lua_kafka.c csrc/lua_glue.c csrc/lua_schema.c csrc/lua_records.c csrc/lua_batch.c csrc/lua_crypto.c csrc/lua_producer.c csrc/lua_bytes.c csrc/lua_tls.c
+GLUE_SRC := csrc/lua_kafka.c csrc/lua_glue.c csrc/lua_schema.c csrc/lua_records.c csrc/lua_batch.c csrc/lua_crypto.c csrc/lua_producer.c csrc/lua_bytes.c csrc/lua_inbox.c csrc/lua_tls.c
 CORE_OBJ := $(patsubst csrc/%.c,$(BUILD)/%.o,$(CORE_SRC))
 GLUE_OBJ := $(patsubst csrc/%.c,$(BUILD)/%.o,$(GLUE_SRC))
 MODULE := $(BUILD)/kafka/core.so

@@ -32,7 +32,7 @@ build = {
     ["kafka.core"] = {
       sources = { "csrc/buf.c", "csrc/crc.c", "csrc/compress.c", "csrc/records.c", "csrc/schema.c",
                   "csrc/apis.c", "csrc/crypto.c", "csrc/tls.c", "csrc/lua_kafka.c", "csrc/lua_glue.c", "csrc/lua_schema.c",
-                  "csrc/lua_records.c", "csrc/lua_batch.c", "csrc/lua_crypto.c", "csrc/lua_producer.c", "csrc/lua_bytes.c",
+                  "csrc/lua_records.c", "csrc/lua_batch.c", "csrc/lua_crypto.c", "csrc/lua_producer.c", "csrc/lua_bytes.c", "csrc/lua_inbox.c",
                   "csrc/lua_tls.c" },
       defines = { "_GNU_SOURCE" },
       incdirs = { "csrc", "$(ZLIB_INCDIR)", "$(SNAPPY_INCDIR)", "$(LZ4_INCDIR)", "$(ZSTD_INCDIR)", "$(OPENSSL_INCDIR)" },

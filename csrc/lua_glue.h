@@ -14,8 +14,10 @@
  *   lua_producer.c the producer's accumulator: its counters and send()'s
  *                  fast path (kafka.producer);
  *   lua_bytes.c    kafka.bytes (frames and views the decoders take like
- *                  strings) and the inbox that reads frames into them,
- *                  over TCP or TLS (tls.c);
+ *                  strings) and kafka.outframe (lua_bytes.h: their struct,
+ *                  shared with the inbox);
+ *   lua_inbox.c    the inbox that reads frames into them, over TCP or TLS
+ *                  (tls.c);
  *   lua_tls.c      TLS contexts (core.tls_context) for the inbox.
  * Error contract: misuse raises; bad or truncated bytes return nil,
  * message, code (kfl_fail).
@@ -160,6 +162,8 @@ kfl_outframe *kfl_outframe_new(lua_State *L);
 void kfl_outframe_add(lua_State *L, int ofidx, int bidx, kfl_outframe *of, const lbatch *lb);
 /* Sets bytes and inbox into the table on top; makes their metatables. */
 void kfl_open_bytes(lua_State *L);
+/* lua_inbox.c: sets inbox (kafka.inbox: frames read without copies, TLS) into the table on top. */
+void kfl_open_inbox(lua_State *L);
 
 /* lua_tls.c: sets tls_context into the table on top; makes its metatable. */
 void kfl_open_tls(lua_State *L);

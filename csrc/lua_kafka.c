@@ -124,6 +124,7 @@ int luaopen_kafka_core(lua_State *L) {
   kfl_open_records(L);
   kfl_open_producer(L);
   kfl_open_bytes(L);
+  kfl_open_inbox(L);
   kfl_open_tls(L);
   lua_pushboolean(L, kf_crc32c_has_hw());
   lua_setfield(L, -2, "crc32c_hw");
