@@ -310,6 +310,24 @@ function _M:load_metadata(o, deadline)
   return nil, err, code
 end
 
+local NO_ID = string.rep("\0", 16)
+
+-- topic_ids(items) -> name -> 16-byte id for the topics of items ({{topic=}...})
+-- when the metadata has a current id for each, else nil. OffsetCommit v10,
+-- OffsetFetch v10 and TxnOffsetCommit v6 name topics by id only (KIP-516), and
+-- Java's client sends them where it can; a topic without an id, unknown or
+-- invalidated (an UNKNOWN_TOPIC_ID answer) sends the whole request by name.
+function _M:topic_ids(items)
+  local ids = {}
+  for _, it in ipairs(items) do
+    local t = self.topics[it.topic]
+    local id = t and t.time ~= -math.huge and t.topic_id
+    if not id or id == NO_ID then return nil end
+    ids[it.topic] = id
+  end
+  return ids
+end
+
 -- topic_name(id) -> the cached name of a topic id | nil
 function _M:topic_name(id)
   for name, t in pairs(self.topics) do

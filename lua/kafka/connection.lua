@@ -60,14 +60,14 @@ local FALLBACK = { [0] = 1, [1] = 1, [2] = 0, [3] = 0, [8] = 2, [9] = 1, [10] = 
 -- state we do not keep: the last version whose fields the client fills (an
 -- upper bound; the broker's own range still applies). docs/client.md lists them.
 local DEFAULT_CAPS = {
-  [API.Produce] = 12,         -- v13+ addresses topics by id
+  [API.Produce] = 12,         -- v13 addresses topics by id (the producer asks for it where every topic has one)
   [API.Fetch] = 18,           -- (v13+ address topics by id: the fetcher sends ids where the metadata has them)
   [API.ListOffsets] = 3,      -- v4+ adds leader epochs, which librdkafka 2.0.2's mock writes as int64
-  [API.OffsetCommit] = 9,     -- v10 addresses topics by id
-  [API.OffsetFetch] = 7,      -- v8+ batches groups (and v10 addresses topics by id)
+  [API.OffsetCommit] = 9,     -- v10 addresses topics by id (kafka.offsets asks for it where every topic has one)
+  [API.OffsetFetch] = 7,      -- v8+ batches groups, v10 addresses topics by id (kafka.offsets: the same)
   [API.FindCoordinator] = 3,  -- v4+ batches keys
 }
--- (TxnOffsetCommit: kafka.producer.txnmgr picks 5 or 4 itself; v6 addresses topics by id.)
+-- (TxnOffsetCommit: kafka.producer.txnmgr picks 6 (topic ids), 5 or 4 itself.)
 local PRODUCE, FETCH = proto.api_key("Produce"), proto.api_key("Fetch")
 local GATHER = { gather = true } -- encode_request's option: a Produce frame in pieces
 
@@ -445,12 +445,15 @@ end
 
 --- The highest version of an api both sides support (capped as configured).
 -- @param api the key or the name
+-- @tparam[opt] integer upto the highest version the caller's body can be sent at, in place
+-- of the default cap (a commit whose topics all have ids goes up to v10)
 -- @return the version, or nil, err
-function _M:version(api)
+function _M:version(api, upto)
   local key = type(api) == "number" and api or proto.api_key(api)
   if not key then return nil, "unknown api " .. tostring(api), "unsupported" end
   local lo, hi = proto.versions(key)
-  local cap = self.max_versions[key] or self.max_versions[proto.api_name(key)] or DEFAULT_CAPS[key]
+  if upto and upto < hi then hi = upto end
+  local cap = self.max_versions[key] or self.max_versions[proto.api_name(key)] or (not upto and DEFAULT_CAPS[key])
   if cap and cap < hi then hi = cap end
   local bv = self.broker_versions
   if bv == false then
@@ -764,7 +767,7 @@ end
 --- send and receive at the negotiated version.
 -- @param api the key or the name
 -- @tparam table body the request
--- @tparam[opt] table opts `version` forces one, `deadline` bounds it
+-- @tparam[opt] table opts `version` forces one, `upto` as version()'s, `deadline` bounds it
 -- @return the response body, or nil, err, code
 -- @usage local md, err, code = conn:request("Metadata", { topics = {} })
 function _M:request(api, body, opts)
@@ -777,7 +780,7 @@ function _M:request(api, body, opts)
   local v = opts and opts.version
   if not v then
     local err, code
-    v, err, code = self:version(api)
+    v, err, code = self:version(api, opts and opts.upto)
     if not v then return nil, err, code end
   end
   local corr, err, code = self:send(api, v, body, opts)

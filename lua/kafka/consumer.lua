@@ -398,13 +398,13 @@ function _M:_positions(errs, deadline)
     -- asked without waiting past the poll's deadline (Member:ask): an
     -- answer not in yet is taken by a later poll, for the same partitions
     self.positions_want = want
-    local resp
-    resp, err, code = g:ask("positions", function(t) return g:coordinator(t, true) end, API.OffsetFetch,
-      self.offsets:committed_body(want), deadline or now + self.client.default_api_timeout_ms)
+    local resp, body
+    resp, err, code, kcode, body = g:ask("positions", function(t) return g:coordinator(t, true) end, API.OffsetFetch,
+      function() return self.offsets:committed_body(want) end, deadline or now + self.client.default_api_timeout_ms)
     if not resp and code == "pending" then return end
     self.positions_want = nil
     if resp then
-      got, err, code, kcode, retriable = self.offsets:committed_result(want, resp, false)
+      got, err, code, kcode, retriable = self.offsets:committed_result(want, resp, false, body)
     else
       self.offsets:invalidate()
       retriable = client_mod.RETRIABLE[code]
@@ -510,16 +510,17 @@ function _M:_auto_commit(deadline)
     self.next_auto_commit = t -- the coordinator is being found or connected: the next poll sends it
     return
   end
+  local body, upto = self.offsets:commit_body(offs, id)
   local v
-  if c then v, err, code = c:version(API.OffsetCommit) end
+  if c then v, err, code = c:version(API.OffsetCommit, upto) end
   local corr
-  if v then corr, err, code = c:send(API.OffsetCommit, v, self.offsets:commit_body(offs, id), { deadline = deadline }) end
+  if v then corr, err, code = c:send(API.OffsetCommit, v, body, { deadline = deadline }) end
   if not corr then
     if c then self.offsets:invalidate() end
     self.auto_commit_error = { err = err, code = code, kafka_code = kcode }
     return
   end
-  self.auto_commit_req = { conn = c, corr = corr, list = offs }
+  self.auto_commit_req = { conn = c, corr = corr, list = offs, body = body }
 end
 
 -- Takes the automatic commit's answer when it is there (waits until
@@ -533,7 +534,7 @@ function _M:_auto_commit_answer(until_t)
   self.auto_commit_req = nil
   local ok, kcode
   if resp then
-    ok, err, code, kcode = self.offsets:commit_result(resp)
+    ok, err, code, kcode = self.offsets:commit_result(resp, r.body)
   else
     self.offsets:invalidate()
   end

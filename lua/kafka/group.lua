@@ -301,9 +301,11 @@ end
 -- @tparam string slot one per purpose ("find", "metadata", "assign", "ids", "positions")
 -- @tparam function pick `pick(until_t)`: the connection to send on, or nil, err, code
 -- @param api the api
--- @tparam table body the request (used when it is sent)
+-- @param body the request (used when it is sent), or a function returning it and
+-- the highest version it can go at (connection:version's `upto`)
 -- @tparam number until_t a time of the client's clock (ms)
--- @return the response, or nil, err, code ("pending" while it is in flight)
+-- @return the response, or nil, err, code ("pending" while it is in flight); then the
+-- kafka code (nil) and the request body sent
 function Member:ask(slot, pick, api, body, until_t)
   local q = self.asking[slot]
   if not q then
@@ -312,19 +314,21 @@ function Member:ask(slot, pick, api, body, until_t)
       if code == "timeout" then code = "pending" end
       return nil, err, code, kcode
     end
+    local upto
+    if type(body) == "function" then body, upto = body() end
     local v
-    v, err, code = c:version(api)
+    v, err, code = c:version(api, upto)
     if not v then return nil, err, code end
     local corr
     corr, err, code = c:send(api, v, body, { deadline = until_t })
     if not corr then return nil, err, code end
-    q = { conn = c, corr = corr }
+    q = { conn = c, corr = corr, body = body }
     self.asking[slot] = q
   end
   local resp, err, code = q.conn:receive(q.corr, until_t)
   if not resp and code == "timeout" and q.conn:waiting(q.corr) then return nil, err, "pending" end
   self.asking[slot] = nil
-  return resp, err, code
+  return resp, err, code, nil, q.body
 end
 
 --- Whether a request of Member:ask is in flight.

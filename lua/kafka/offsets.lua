@@ -119,22 +119,24 @@ end
 --- A request to the coordinator through the client's retry service (the
 -- coordinator found again while the answer says it moved).
 -- @param api the api (key or name)
--- @tparam table body the request
--- @tparam function check_resp `check_resp(resp)` returns the result, or nil, err, code,
+-- @tparam function make `make()` returns the request and the highest version it can go at
+-- (built again for each attempt: an id found stale goes by name the next time)
+-- @tparam function check_resp `check_resp(resp, body)` returns the result, or nil, err, code,
 -- kafka_code, retriable
 -- @return check_resp's result, or nil, err, code, kafka_code
-function _M:request(api, body, check_resp)
+function _M:request(api, make, check_resp)
   local client = self.client
   return client:call(function(deadline)
     local c, err, code, kcode, retriable = self:coordinator(deadline)
     if not c then return nil, err, code, kcode, retriable end
+    local body, upto = make()
     local resp
-    resp, err, code = c:request(api, body, { deadline = deadline })
+    resp, err, code = c:request(api, body, { deadline = deadline, upto = upto })
     if not resp then
       self.node = nil
       return nil, err, code
     end
-    return check_resp(resp)
+    return check_resp(resp, body)
   end)
 end
 
@@ -145,15 +147,15 @@ local function kafka_error(self, what, code)
   return nil, what .. ": " .. e.name, lua_code, e.code, e.retriable or moved
 end
 
--- Groups items by their topic: an array of {name = topic, [field] = {...}}
--- whose lists hold make(item), in first-seen order (the shape of the
--- OffsetCommit and OffsetFetch requests).
-local function by_topic(items, field, make)
+-- Groups items by their topic: an array of {name = topic, topic_id = id,
+-- [field] = {...}} whose lists hold make(item), in first-seen order (the
+-- shape of the OffsetCommit and OffsetFetch requests); ids (name -> id) or nil.
+local function by_topic(items, field, make, ids)
   local topics, list = {}, {}
   for _, it in ipairs(items) do
     local t = topics[it.topic]
     if not t then
-      t = { name = it.topic, [field] = {} }
+      t = { name = it.topic, topic_id = ids and ids[it.topic], [field] = {} }
       topics[it.topic] = t
       list[#list + 1] = t
     end
@@ -161,6 +163,22 @@ local function by_topic(items, field, make)
     l[#l + 1] = make(it)
   end
   return list
+end
+
+-- The topic name of a response's topic (by name up to the versions above, by id from them).
+local function topic_name(self, tr, ids)
+  if tr.name then return tr.name end
+  for name, id in pairs(ids or {}) do
+    if id == tr.topic_id then return name end
+  end
+  return self.client:topic_name(tr.topic_id) or ("topic id " .. tostring(proto.uuid_text(tr.topic_id or "")))
+end
+
+-- An UNKNOWN_TOPIC_ID answer: the metadata's id is stale (the topic was
+-- deleted, or deleted and created again): forgotten, so the next attempt
+-- goes by name and the next metadata request learns the new id.
+local function unknown_id(self, code, name)
+  if code == errors.UNKNOWN_TOPIC_ID then self.client:invalidate(name) end
 end
 
 --- Commits offsets (OffsetCommit), with the member's identity.
@@ -171,34 +189,39 @@ end
 -- generation or epoch is old, or a rebalance is in progress), "fenced" (another
 -- member has this group_instance_id), "kafka"
 function _M:commit(offsets, identity)
-  return self:request(API.OffsetCommit, self:commit_body(offsets, identity), function(resp)
-    return self:commit_result(resp)
-  end)
+  return self:request(API.OffsetCommit, function() return self:commit_body(offsets, identity) end,
+    function(resp, body) return self:commit_result(resp, body) end)
 end
 
 --- The OffsetCommit request commit() sends (the consumer's asynchronous auto
--- commit sends it itself).
+-- commit sends it itself), and the highest version it can go at: 10 (topic
+-- ids) where the metadata has every topic's id, else 9 (names).
 -- @tparam table offsets as commit
 -- @tparam[opt] table identity as commit
 -- @treturn table the request body
+-- @treturn integer the highest version (connection:version's `upto`)
 function _M:commit_body(offsets, identity)
+  local ids = self.client:topic_ids(offsets)
   local list = by_topic(offsets, "partitions", function(o)
     return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
              commit_timestamp = -1, committed_metadata = o.metadata or "" }
-  end)
+  end, ids)
   return { group_id = self.group_id, generation_id_or_member_epoch = identity and identity.generation or -1,
     member_id = identity and identity.member_id or "", group_instance_id = identity and identity.instance_id,
-    retention_time_ms = -1, topics = list }
+    retention_time_ms = -1, topics = list, ids = ids }, ids and 10 or 9
 end
 
 --- Reads an OffsetCommit answer (the first partition error).
 -- @tparam table resp the decoded response
+-- @tparam[opt] table body the request (its topics' ids name the answer's topics from v10)
 -- @return true, or nil, err, code, kafka_code, retriable
-function _M:commit_result(resp)
+function _M:commit_result(resp, body)
   for _, tr in ipairs(resp.topics or {}) do
     for _, pr in ipairs(tr.partitions or {}) do
       if pr.error_code ~= errors.NONE then
-        return kafka_error(self, ("commit %s/%d"):format(tr.name, pr.partition_index), pr.error_code)
+        local name = topic_name(self, tr, body and body.ids)
+        unknown_id(self, pr.error_code, name)
+        return kafka_error(self, ("commit %s/%d"):format(name, pr.partition_index), pr.error_code)
       end
     end
   end
@@ -217,17 +240,23 @@ local function pkey(topic, partition) return topic .. "\0" .. partition end
 -- committed), or nil, err, code, kafka_code
 function _M:committed(partitions, o)
   local wait_unstable = not (o and o.unstable_now)
-  return self:request(API.OffsetFetch, self:committed_body(partitions), function(resp)
-    return self:committed_result(partitions, resp, wait_unstable)
-  end)
+  return self:request(API.OffsetFetch, function() return self:committed_body(partitions) end,
+    function(resp, body) return self:committed_result(partitions, resp, wait_unstable, body) end)
 end
 
---- The OffsetFetch request for partitions (require_stable, as committed()).
+--- The OffsetFetch request for partitions (require_stable, as committed()),
+-- in both shapes: one group (v1-7, names) and a list of groups (v8+, ids from
+-- v10), and the highest version it can go at: 10 where the metadata has
+-- every topic's id, else 7.
 -- @tparam table partitions `{{topic=, partition=}...}`
 -- @treturn table the body
+-- @treturn integer the highest version (connection:version's `upto`)
 function _M:committed_body(partitions)
-  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end)
-  return { group_id = self.group_id, topics = list, require_stable = true }
+  local ids = self.client:topic_ids(partitions)
+  local list = by_topic(partitions, "partition_indexes", function(p) return p.partition end, ids)
+  local body = { group_id = self.group_id, topics = list, require_stable = true, ids = ids }
+  if ids then body.groups = { { group_id = self.group_id, member_epoch = -1, topics = list } } end
+  return body, ids and 10 or 7
 end
 
 --- An OffsetFetch answer as committed() returns it (one asked here, or by a
@@ -235,19 +264,23 @@ end
 -- @tparam table partitions `{{topic=, partition=}...}` (the request's)
 -- @tparam table resp the response
 -- @tparam boolean wait_unstable UNSTABLE_OFFSET_COMMIT is retriable
+-- @tparam[opt] table body the request (its topics' ids name the answer's topics from v10)
 -- @return the list, or nil, err, code, kafka_code, retriable
-function _M:committed_result(partitions, resp, wait_unstable)
-  if resp.error_code and resp.error_code ~= errors.NONE then return kafka_error(self, "committed", resp.error_code) end
+function _M:committed_result(partitions, resp, wait_unstable, body)
+  local g = resp.groups and resp.groups[1] or resp -- v8+: one group asked, one answered
+  if g.error_code and g.error_code ~= errors.NONE then return kafka_error(self, "committed", g.error_code) end
   local found = {}
-  for _, tr in ipairs(resp.topics or {}) do
+  for _, tr in ipairs(g.topics or {}) do
+    local name = topic_name(self, tr, body and body.ids)
     for _, pr in ipairs(tr.partitions or {}) do
       if pr.error_code ~= errors.NONE then
-        local _, err, code, kcode, retriable = kafka_error(self, ("committed %s/%d"):format(tr.name,
+        unknown_id(self, pr.error_code, name)
+        local _, err, code, kcode, retriable = kafka_error(self, ("committed %s/%d"):format(name,
           pr.partition_index), pr.error_code)
         if pr.error_code == errors.UNSTABLE_OFFSET_COMMIT then retriable = wait_unstable end
         return nil, err, code, kcode, retriable
       end
-      found[pkey(tr.name, pr.partition_index)] = pr
+      found[pkey(name, pr.partition_index)] = pr
     end
   end
   local result_list = {}

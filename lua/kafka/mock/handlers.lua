@@ -24,8 +24,8 @@ local SUPPORTED = {
   [API.Fetch] = { 0, 18 }, -- v13+ address topics by id
   [API.ListOffsets] = { 0, 10 },
   [API.Metadata] = { 0, 12 },
-  [API.OffsetCommit] = { 0, 9 },
-  [API.OffsetFetch] = { 0, 9 },
+  [API.OffsetCommit] = { 0, 10 }, -- v10 addresses topics by id
+  [API.OffsetFetch] = { 0, 10 },  -- v10 too
   [API.FindCoordinator] = { 0, 6 },
   [API.JoinGroup] = { 0, 9 },
   [API.Heartbeat] = { 0, 4 },
@@ -465,27 +465,31 @@ H.OffsetCommit = function(self, conn, b, version)
   local topics = {}
   for _, t in ipairs(b.topics or {}) do
     local parts = {}
+    -- v10: by id, as Kafka: an id no topic has now is UNKNOWN_TOPIC_ID
+    local name = t.name
+    if version >= 10 then name = topic_by_id(self, t.topic_id) end
     for _, p in ipairs(t.partitions or {}) do
       local c = code
       if c == 0 then
-        local tt = self.topics[t.name]
-        if not tt or not tt.partitions[p.partition_index] then c = E.UNKNOWN_TOPIC_OR_PARTITION
+        local tt = name and self.topics[name]
+        if not name then c = E.UNKNOWN_TOPIC_ID
+        elseif not tt or not tt.partitions[p.partition_index] then c = E.UNKNOWN_TOPIC_OR_PARTITION
         elseif p.committed_metadata and #p.committed_metadata > 4096 then c = E.OFFSET_METADATA_TOO_LARGE
         else
-          g.offsets[t.name] = g.offsets[t.name] or {}
-          g.offsets[t.name][p.partition_index] = { offset = p.committed_offset, metadata = p.committed_metadata or "",
+          g.offsets[name] = g.offsets[name] or {}
+          g.offsets[name][p.partition_index] = { offset = p.committed_offset, metadata = p.committed_metadata or "",
             leader_epoch = p.committed_leader_epoch or -1 }
         end
       end
       parts[#parts + 1] = { partition_index = p.partition_index, error_code = c }
     end
-    topics[#topics + 1] = { name = t.name, partitions = parts }
+    topics[#topics + 1] = { name = t.name, topic_id = t.topic_id, partitions = parts }
   end
   return { throttle_time_ms = 0, topics = topics }
 end
 
 -- OffsetFetch
-local function fetch_offsets(self, conn, group_id, topics, per_partition_error)
+local function fetch_offsets(self, conn, group_id, topics, per_partition_error, by_id)
   local code = group_error(self, conn, group_id, 9)
   local g = self.groups[group_id]
   local out = {}
@@ -500,17 +504,21 @@ local function fetch_offsets(self, conn, group_id, topics, per_partition_error)
         local idx = {}
         for p in pairs(g.offsets[name]) do idx[#idx + 1] = p end
         table.sort(idx)
-        list[#list + 1] = { name = name, partition_indexes = idx }
+        list[#list + 1] = { name = name, topic_id = self.topics[name] and self.topics[name].id, partition_indexes = idx }
       end
     end
     for _, t in ipairs(list) do
       local parts = {}
+      -- v10: by id (by_id); an id no topic has now is UNKNOWN_TOPIC_ID
+      local name = t.name
+      if by_id and topics then name = topic_by_id(self, t.topic_id) end
       for _, p in ipairs(t.partition_indexes or {}) do
-        local o = g and g.offsets[t.name] and g.offsets[t.name][p]
+        local o = name and g and g.offsets[name] and g.offsets[name][p]
         parts[#parts + 1] = { partition_index = p, committed_offset = o and o.offset or -1,
-          committed_leader_epoch = o and o.leader_epoch or -1, metadata = o and o.metadata or "", error_code = 0 }
+          committed_leader_epoch = o and o.leader_epoch or -1, metadata = o and o.metadata or "",
+          error_code = name and 0 or E.UNKNOWN_TOPIC_ID }
       end
-      out[#out + 1] = { name = t.name, partitions = parts }
+      out[#out + 1] = { name = t.name, topic_id = t.topic_id, partitions = parts }
     end
   elseif per_partition_error then
     for _, t in ipairs(topics or {}) do
@@ -529,7 +537,7 @@ H.OffsetFetch = function(self, conn, b, version)
   if version >= 8 then
     local groups = {}
     for _, rg in ipairs(b.groups or {}) do
-      local topics, code = fetch_offsets(self, conn, rg.group_id, rg.topics, false)
+      local topics, code = fetch_offsets(self, conn, rg.group_id, rg.topics, false, version >= 10)
       groups[#groups + 1] = { group_id = rg.group_id, topics = topics, error_code = code }
     end
     return { throttle_time_ms = 0, groups = groups }

@@ -260,7 +260,13 @@ end
 function _M:send_request(req, deadline)
   local p = self.p
   local conn = req.conn
-  local v, err, code = conn:version(PRODUCE)
+  -- v13 names the topics by id (KIP-516), as Java's producer sends them
+  -- where the metadata has every topic's id: a topic deleted (and created
+  -- again) since is answered UNKNOWN_TOPIC_ID, retried once the metadata
+  -- is fresh, not written to whatever has the name now by an old request
+  local ids = p.client:topic_ids(req.items)
+  for _, t in ipairs(req.list) do t.topic_id = ids and ids[t.name] end
+  local v, err, code = conn:version(PRODUCE, ids and 13 or 12)
   -- transactions v1: Produce at most v11 (v12 is what tells the broker
   -- to add the partition to the transaction itself, KIP-890); v2: v12+
   if v and p.transactional_id and v > 11 and p.txn.version ~= 2 then v = 11 end
@@ -320,7 +326,13 @@ function _M:settle(s, resp, err, code)
   local results = {}
   if resp then
     for _, tr in ipairs(resp.responses or {}) do
-      for _, pr in ipairs(tr.partition_responses or {}) do results[tr.name .. "\0" .. pr.index] = pr end
+      local name = tr.name
+      if not name then -- v13: by id
+        for _, t in ipairs(s.req.list) do
+          if t.topic_id == tr.topic_id then name = t.name end
+        end
+      end
+      for _, pr in ipairs(tr.partition_responses or {}) do results[tostring(name) .. "\0" .. pr.index] = pr end
     end
   end
   for _, it in ipairs(s.req.items) do

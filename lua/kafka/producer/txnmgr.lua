@@ -355,11 +355,14 @@ function _M:send_offsets(offsets, gm)
     ok, err, code, kcode = client:call(function(deadline)
       local c, cerr, ccode, ckcode, cretr = client:find_coordinator(gm.group_id, 0, deadline)
       if not c then return nil, cerr, ccode, ckcode, cretr end
+      -- v5: the group coordinator adds the offsets to the transaction (v2
+      -- only); v6 names the topics by id, where the metadata has them all
+      -- (an UNKNOWN_TOPIC_ID answer forgets them: the retry goes by name)
+      local ids = v2 and client:topic_ids(offsets)
+      for _, t in ipairs(topics) do t.topic_id = ids and ids[t.name] end
       local v
-      v, cerr, ccode = c:version(API.TxnOffsetCommit)
+      v, cerr, ccode = c:version(API.TxnOffsetCommit, v2 and (ids and 6 or 5) or 4)
       if not v then return nil, cerr, ccode end
-      local cap = v2 and 5 or 4 -- v5: the group coordinator adds the offsets to the transaction (v2 only); v6: topic ids
-      if v > cap then v = cap end
       if v2 and v < 5 then
         return nil, ("%s: TxnOffsetCommit v%d cannot add offsets to a transaction v2 (v5+)"):format(c:name(), v),
           "fatal", nil, false
@@ -371,9 +374,14 @@ function _M:send_offsets(offsets, gm)
         group_instance_id = gm.group_instance_id, topics = topics }, { version = v, deadline = deadline })
       if not resp then return nil, cerr, ccode end
       for _, tr in ipairs(resp.topics or {}) do
+        local name = tr.name
+        for _, t in ipairs(topics) do
+          if not name and t.topic_id == tr.topic_id then name = t.name end
+        end
         for _, pr in ipairs(tr.partitions or {}) do
           if pr.error_code ~= errors.NONE then
-            return nil, self:kafka_error(("TxnOffsetCommit %s %s/%d"):format(gm.group_id, tr.name,
+            if pr.error_code == errors.UNKNOWN_TOPIC_ID then client:invalidate(name) end
+            return nil, self:kafka_error(("TxnOffsetCommit %s %s/%d"):format(gm.group_id, tostring(name),
               pr.partition_index), pr.error_code)
           end
         end
