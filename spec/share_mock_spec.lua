@@ -124,15 +124,14 @@ for _, kind in ipairs(kinds) do
       local t = env.topic(1)
       env.produce(t, 0, { 2 })
       local g = env.group("sm-latest")
-      -- a first member makes the group start (its first ShareFetch): at offset 2, the end
-      local c0 = env.new(g)
-      c0:subscribe { t }
-      env.settle(c0)
-      assert.are.same({}, c0:close())
+      -- the member starts the group (its first ShareFetch): at offset 2, the end;
+      -- its fetches wait 1 ms at most, so none waits on the broker for the batches below
+      local c = env.new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 4, fetch_max_wait_ms = 1 })
+      c:subscribe { t }
+      env.settle(c)
+      env.sleep(100)
       -- batches of 3, 3, 3, 1 at offsets 2..11: max 4 records a fetch takes whole batches
       env.produce(t, 0, { 3, 3, 3, 1 })
-      local c = env.new(g, { share_acknowledgement_mode = "explicit", max_poll_records = 4 })
-      c:subscribe { t }
       local polls = {}
       local total = 0
       local stop = env.now() + 20000
@@ -335,7 +334,8 @@ for _, kind in ipairs(kinds) do
       local lb = hb(B, -1)
       assert.are.same({ 0, -1 }, { lb.error_code, lb.member_epoch })
       r = hb(A, ea)
-      assert.are.same({ 0, true }, { r.error_code, r.member_epoch > ea })
+      -- (Kafka moves it on a heartbeat or more later, kafka.mock at once)
+      assert.are.same({ 0, true }, { r.error_code, r.member_epoch >= ea })
       local la = hb(A, -1)
       assert.are.same({ 0, -1 }, { la.error_code, la.member_epoch })
       d = assert(conn:request(API.ShareGroupDescribe, { group_ids = { g }, include_authorized_operations = false }))
