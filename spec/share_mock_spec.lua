@@ -236,6 +236,63 @@ for _, kind in ipairs(kinds) do
       c2:close()
     end)
 
+    it("a closed connection ends its share session: the records come back at once", function()
+      local t = env.topic(1)
+      local g = env.group("sm-conn", { ["share.auto.offset.reset"] = "earliest" })
+      env.produce(t, 0, { 3 })
+      local c1 = env.new(g, { share_acknowledgement_mode = "explicit" })
+      c1:subscribe { t }
+      assert.are.same({ "0/1", "1/1", "2/1" }, env.poll_until(c1, 20000, nil, function(got) return #got >= 3 end))
+      local _, s = next(c1.sessions)
+      c1.pool[s.node_id]:close("test: the connection drops")
+      local c2 = env.new(g, { share_acknowledgement_mode = "explicit" })
+      c2:subscribe { t }
+      local t0 = env.now()
+      local again = env.poll_until(c2, 20000, function(r) c2:acknowledge(r, "accept") end,
+        function(got) return #got >= 3 end)
+      assert.are.same({ "0/2", "1/2", "2/2" }, again)
+      assert.is_true(env.now() - t0 < 15000) -- (not after the 30 s lock)
+      c2:close()
+      c1.held = {}
+      c1:close()
+    end)
+
+    it("renew keeps records past their lock; acknowledging another member's record: INVALID_RECORD_STATE", function()
+      local t = env.topic(1)
+      local g = env.group("sm-renew", { ["share.auto.offset.reset"] = "earliest",
+        ["share.record.lock.duration.ms"] = "2000" })
+      env.produce(t, 0, { 4 })
+      local c1 = env.new(g, { share_acknowledgement_mode = "explicit" })
+      c1:subscribe { t }
+      local recs = {}
+      env.poll_until(c1, 20000, function(r) recs[#recs + 1] = r end, function(got) return #got >= 4 end)
+      local c2 = env.new(g, { share_acknowledgement_mode = "explicit" })
+      c2:subscribe { t }
+      env.settle(c2)
+      -- 5 s (2.5 locks): c1 renews every 0.5 s, c2 gets nothing
+      local stop = env.now() + 5000
+      while env.now() < stop do
+        for _, r in ipairs(recs) do assert.is_true(c1:acknowledge(r, "renew")) end
+        assert.are.same({ { topic = t, partition = 0, offsets = 4, error_code = 0 } }, c1:commit_sync(5000))
+        assert.are.same({}, env.poll_until(c2, 500))
+      end
+      -- c2 acknowledges a record c1 holds: refused
+      local pk = next(c1.held)
+      c2.held[pk] = { info = c1.held[pk].info, offsets = { [recs[1].offset] = true } }
+      c2:acknowledge(recs[1], "accept")
+      assert.are.same({ { topic = t, partition = 0, offsets = 1, error_code = E.INVALID_RECORD_STATE,
+        error = "INVALID_RECORD_STATE" } }, c2:commit_sync(5000))
+      -- the last one not renewed any more: c2 gets it after its lock, delivered twice
+      for i = 1, 3 do c1:acknowledge(recs[i], "accept") end
+      assert.are.same({ { topic = t, partition = 0, offsets = 3, error_code = 0 } }, c1:commit_sync(5000))
+      local again = env.poll_until(c2, 10000, function(r) c2:acknowledge(r, "accept") end,
+        function(got) return #got >= 1 end)
+      assert.are.same({ "3/2" }, again)
+      c2:close()
+      c1.held = {}
+      c1:close()
+    end)
+
     it("share session errors: acknowledgements in epoch 0, wrong epochs, no session", function()
       local t = env.topic(1)
       local g = env.group("sm-err", { ["share.auto.offset.reset"] = "earliest" })
@@ -341,5 +398,28 @@ for _, kind in ipairs(kinds) do
       d = assert(conn:request(API.ShareGroupDescribe, { group_ids = { g }, include_authorized_operations = false }))
       assert.are.same({ 0, "Empty", 0 }, { d.groups[1].error_code, d.groups[1].group_state, #d.groups[1].members })
     end)
+
+    if kind == "mock" then
+      it("the default lock is 30 s on the cluster's clock (kafka.mock only: a virtual clock)", function()
+        local t = env.topic(1)
+        local g = env.group("sm-30s", { ["share.auto.offset.reset"] = "earliest" })
+        env.produce(t, 0, { 2 })
+        local c1 = env.new(g, { share_acknowledgement_mode = "explicit" })
+        c1:subscribe { t }
+        assert.are.same({ "0/1", "1/1" }, env.poll_until(c1, 20000, nil, function(got) return #got >= 2 end))
+        local t0 = env.now()
+        c1.member:leave(env.now() + 5000)
+        local c2 = env.new(g, { share_acknowledgement_mode = "explicit" })
+        c2:subscribe { t }
+        assert.are.same({}, env.poll_until(c2, 29900 - (env.now() - t0)))
+        local again = env.poll_until(c2, 2000, nil, function(got) return #got >= 2 end)
+        assert.are.same({ "0/2", "1/2" }, again)
+        assert.is_true(env.now() - t0 >= 30000 and env.now() - t0 < 30500)
+        c2.held = {}
+        c2:close()
+        c1.held = {}
+        c1:close()
+      end)
+    end
   end)
 end
