@@ -9,7 +9,6 @@ local mock = require "kafka.mock"
 local share = require "kafka.share_consumer"
 local proto = require "kafka.proto"
 local rk = require "support.realkafka"
-local socket = require "socket"
 
 local API, E = proto.api, proto.errors
 
