@@ -27,7 +27,8 @@
 -- Parts: this file (the cluster: topics, brokers, faults, inspection),
 -- kafka.mock.serve (a connection: frames in, answers out in order),
 -- kafka.mock.handlers (one per API), kafka.mock.transport (in-process
--- sockets, TCP ports), kafka.mock.log (a partition's log), kafka.mock.group.
+-- sockets, TCP ports), kafka.mock.log (a partition's log), kafka.mock.group,
+-- kafka.mock.share (share groups, KIP-932).
 local proto = require "kafka.proto"
 local Log = require "kafka.mock.log"
 local Group = require "kafka.mock.group"
