@@ -85,6 +85,7 @@ build = {
     ["kafka.mock.handlers"] = "lua/kafka/mock/handlers.lua",
     ["kafka.mock.serve"] = "lua/kafka/mock/serve.lua",
     ["kafka.mock.transport"] = "lua/kafka/mock/transport.lua",
+    ["kafka.mock.share"] = "lua/kafka/mock/share.lua",
   },
   install = {
     bin = { ["kafka-mock"] = "bin/kafka-mock", ["lua-kafka"] = "bin/lua-kafka" },

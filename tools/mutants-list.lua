@@ -19,6 +19,7 @@ local K = { KAFKA_VERSIONS = "4.1.2" }
 -- kafka.admin's spec runs with SPEC_ADMIN=1 (make admin)
 local KA = { KAFKA_VERSIONS = "4.1.2", SPEC_ADMIN = "1" }
 local K44 = { KAFKA_VERSIONS = "4.4.0" }
+local KN = { KAFKA_VERSIONS = "none" }
 
 return {
   -- the issue's cases -------------------------------------------------------
@@ -1351,4 +1352,60 @@ return {
     replace = [[  if false then return end]],
     spec = "spec/cli_spec.lua", filter = "progress", ci = true,
     promise = "the CLI's progress line comes at most once a second (a line per message floods the terminal)" },
+  -- kafka.mock's share groups (kafka.mock.share), proven by spec/share_mock_spec.lua's
+  -- scenarios (the same pass on Kafka 4.4.0); the mock's run needs no JVM
+  { name = "mockshare-release-archives", file = "lua/kafka/mock/share.lua",
+    find = [[    elseif t == RELEASE then
+      make_available(self, sp, r)]], replace = [[    elseif t == RELEASE then
+      r.state, r.member, r.lock_until = "archived", nil, nil]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock release", env = KN,
+    promise = "kafka.mock: a released record is delivered again" },
+  { name = "mockshare-reject-redelivers", file = "lua/kafka/mock/share.lua",
+    find = [[    elseif t == REJECT or t == GAP then]], replace = [[    elseif t == GAP then
+      r.state, r.member, r.lock_until = "archived", nil, nil
+    elseif t == REJECT then
+      make_available(self, sp, r)
+    elseif false then]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock release", env = KN,
+    promise = "kafka.mock: a rejected record is never delivered again" },
+  { name = "mockshare-delivery-count-frozen", file = "lua/kafka/mock/share.lua",
+    find = [[r.state, r.member, r.lock_until, r.count = "acquired", member, until_, r.count + 1]],
+    replace = [[r.state, r.member, r.lock_until, r.count = "acquired", member, until_, math.max(r.count, 1)]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock release", env = KN,
+    promise = "kafka.mock: each delivery of a record counts one more (delivery_count)" },
+  { name = "mockshare-no-count-limit", file = "lua/kafka/mock/share.lua",
+    find = [[if r.count >= delivery_limit(self, sp.gid) then]], replace = [[if false then]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock release", env = KN,
+    promise = "kafka.mock: a record delivered share.delivery.count.limit times is archived" },
+  { name = "mockshare-lock-never-ends", file = "lua/kafka/mock/share.lua",
+    find = [[      if r.state == "acquired" and r.lock_until <= now then]], replace = [[      if false then]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock a lock that runs out", env = KN,
+    promise = "kafka.mock: a record whose acquisition lock ran out goes to the others again" },
+  { name = "mockshare-session-close-keeps", file = "lua/kafka/mock/share.lua",
+    find = [[  release_member(self, s.gid, s.member, session_part_keys(s))]], replace = [[  local _ = session_part_keys]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock closing the share session", env = KN,
+    promise = "kafka.mock: closing a share session releases at once what its member holds" },
+  { name = "mockshare-leave-releases", file = "lua/kafka/mock/share.lua",
+    find = [[    -- what it holds stays acquired until the locks run out
+    remove_member(self, g, id)]], replace = [[    release_member(self, g.id, id)
+    remove_member(self, g, id)]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock a lock that runs out", env = KN,
+    promise = "kafka.mock: leaving the group releases nothing (the locks run out), as on Kafka 4.4.0" },
+  { name = "mockshare-epoch0-acks", file = "lua/kafka/mock/share.lua",
+    find = [[    if has_acks(b.topics) then return nil, E.INVALID_REQUEST end]], replace = [[]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock share session errors", env = KN,
+    promise = "kafka.mock: acknowledgements in a ShareFetch opening a session refuse the request (INVALID_REQUEST)" },
+  { name = "mockshare-start-earliest", file = "lua/kafka/mock/share.lua",
+    find = [[spso = earliest and log.log_start or log.hw]], replace = [[spso = log.log_start]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock a new group", env = KN,
+    promise = "kafka.mock: a new share group starts at the latest offset unless share.auto.offset.reset is earliest" },
+  { name = "mockshare-record-by-record", file = "lua/kafka/mock/share.lua",
+    find = [[      if o >= limit or (exact and n >= max_records) then break end]],
+    replace = [[      if o >= limit or n >= max_records then break end]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock a new group", env = KN,
+    promise = "kafka.mock: ShareFetch acquires whole batches up to max_records (batch_optimized), as Kafka does" },
+  { name = "mockshare-renew-ignored", file = "lua/kafka/mock/share.lua",
+    find = [[      r.lock_until = now + lock_ms(self, sp.gid)]], replace = [[      r.lock_until = r.lock_until]],
+    spec = "spec/share_mock_spec.lua", filter = "on kafka.mock renew", env = KN,
+    promise = "kafka.mock: a renew acknowledgement starts the record's lock again" },
 }

@@ -27,12 +27,14 @@
 -- Parts: this file (the cluster: topics, brokers, faults, inspection),
 -- kafka.mock.serve (a connection: frames in, answers out in order),
 -- kafka.mock.handlers (one per API), kafka.mock.transport (in-process
--- sockets, TCP ports), kafka.mock.log (a partition's log), kafka.mock.group.
+-- sockets, TCP ports), kafka.mock.log (a partition's log), kafka.mock.group,
+-- kafka.mock.share (share groups, KIP-932).
 local proto = require "kafka.proto"
 local Log = require "kafka.mock.log"
 local Group = require "kafka.mock.group"
 local handlers = require "kafka.mock.handlers"
 local transport = require "kafka.mock.transport"
+local share = require "kafka.mock.share"
 
 local math, string, table = math, string, table
 local error, type, pairs, ipairs, tostring, tonumber, setmetatable =
@@ -93,7 +95,12 @@ end
 -- mock.new{brokers = 3, topics = {name = partitions | {partitions=, replication_factor=, configs=}},
 --          auto_create_topics = true, default_partitions = 1, cluster_id =, now =, sleep =,
 --          group_min_session_timeout_ms = 6000, group_max_session_timeout_ms = 1800000,
---          initial_rebalance_delay_ms = 0, min_insync_replicas = 1}
+--          initial_rebalance_delay_ms = 0, min_insync_replicas = 1,
+--          share groups (kafka.mock.share; Kafka's broker configs and defaults):
+--          group_share_record_lock_duration_ms = 30000, group_share_delivery_count_limit = 5,
+--          group_share_heartbeat_interval_ms = 5000, group_share_session_timeout_ms = 45000,
+--          group_share_min_record_lock_duration_ms = 15000, group_share_max_record_lock_duration_ms = 60000,
+--          group_share_partition_max_record_locks = 2000}
 function _M.new(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("kafka.mock.new: options must be a table", 2) end
@@ -113,6 +120,13 @@ function _M.new(opts)
     group_max_session_timeout_ms = opts.group_max_session_timeout_ms or 1800000,
     initial_rebalance_delay_ms = opts.initial_rebalance_delay_ms or 0,
     min_insync_replicas = opts.min_insync_replicas or 1,
+    group_share_record_lock_duration_ms = opts.group_share_record_lock_duration_ms or 30000,
+    group_share_delivery_count_limit = opts.group_share_delivery_count_limit or 5,
+    group_share_heartbeat_interval_ms = opts.group_share_heartbeat_interval_ms or 5000,
+    group_share_session_timeout_ms = opts.group_share_session_timeout_ms or 45000,
+    group_share_min_record_lock_duration_ms = opts.group_share_min_record_lock_duration_ms or 15000,
+    group_share_max_record_lock_duration_ms = opts.group_share_max_record_lock_duration_ms or 60000,
+    group_share_partition_max_record_locks = opts.group_share_partition_max_record_locks or 2000,
     next_pid = 1000, txn_ids = {}, pids = {},
     faults = {}, delays = {}, drops = {},
     conns = {}, parked = {},
@@ -635,18 +649,19 @@ _M._bind = transport._bind
 --------------------------------------------------------------------------
 -- timers
 
--- tick([now]): the election, session timeouts, join phases, Fetch and admin waits (also run by step(),
--- each request served and the in-process sockets)
+-- tick([now]): the election, session timeouts, join phases, share record locks, Fetch and admin waits
+-- (also run by step(), each request served and the in-process sockets)
 function _M:tick(now)
   now = now or self.now()
   self:_check_election(now)
   self:_expire_awaiting(now)
   for _, g in pairs(self.groups) do g:tick(now) end
+  share.tick(self, now)
   self:_wake_fetches(now)
 end
 
 function _M:_next_deadline()
-  local t
+  local t = share.next_deadline(self)
   for _, g in pairs(self.groups) do
     local d = g:next_deadline()
     if d and (not t or d < t) then t = d end

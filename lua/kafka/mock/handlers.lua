@@ -38,6 +38,12 @@ local SUPPORTED = {
   [API.DeleteTopics] = { 0, 6 },
   [API.DeleteRecords] = { 0, 2 },
   [API.InitProducerId] = { 0, 5 },
+  -- share groups (kafka.mock.share), Kafka 4.4.0's versions
+  [API.IncrementalAlterConfigs] = { 0, 1 },
+  [API.ShareGroupHeartbeat] = { 1, 1 },
+  [API.ShareGroupDescribe] = { 1, 1 },
+  [API.ShareFetch] = { 1, 2 },
+  [API.ShareAcknowledge] = { 1, 2 },
 }
 _M.SUPPORTED = SUPPORTED
 
@@ -293,8 +299,13 @@ function _M.wake_fetches(self, now)
   now = now or self.now()
   local keep = {}
   for _, pk in ipairs(self.parked) do
-    local body, total = fetch_body(self, pk.conn, pk.b, pk.version)
-    if total >= (pk.b.min_bytes or 1) or now >= pk.deadline then pk.reply(body) else keep[#keep + 1] = pk end
+    if pk.run then -- a ShareFetch (kafka.mock.share): ready when it acquired records
+      local body, ready = pk.run()
+      if ready or now >= pk.deadline then pk.reply(body) else keep[#keep + 1] = pk end
+    else
+      local body, total = fetch_body(self, pk.conn, pk.b, pk.version)
+      if total >= (pk.b.min_bytes or 1) or now >= pk.deadline then pk.reply(body) else keep[#keep + 1] = pk end
+    end
   end
   self.parked = keep
 end
@@ -687,5 +698,7 @@ H.DeleteRecords = function(self, conn, b)
   end
   return { throttle_time_ms = 0, topics = topics }
 end
+
+for name, h in pairs(require("kafka.mock.share").handlers) do H[name] = h end
 
 return _M

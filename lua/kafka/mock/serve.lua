@@ -5,6 +5,7 @@
 local proto = require "kafka.proto"
 local Log = require "kafka.mock.log"
 local handlers = require "kafka.mock.handlers"
+local share = require "kafka.mock.share"
 
 local table = table
 local ipairs, setmetatable, pcall = ipairs, setmetatable, pcall
@@ -47,6 +48,8 @@ function Conn:close()
   for i = #self.cluster.parked, 1, -1 do
     if self.cluster.parked[i].conn == self then table.remove(self.cluster.parked, i) end
   end
+  -- its share sessions end (what their members hold is released)
+  share.conn_closed(self.cluster, self)
   if self.sock then
     self.sock:close()
     self.sock = nil
