@@ -576,7 +576,12 @@ for _, version in ipairs(rk.versions()) do
         local stale = { group_id = gm.group_id, member_id = gm.member_id, generation_id = gm.generation_id + 1 }
         local code, kcode
         ok, _, code, kcode = tp:send_offsets_to_transaction({ { topic = topic, partition = 0, offset = 9 } }, stale)
-        assert.are.same({ protocol, nil, "abortable", E.ILLEGAL_GENERATION }, { protocol, ok, code, kcode })
+        -- TxnOffsetCommit v6 (Kafka 4.4, transactions v2) tells a consumer-protocol
+        -- member's stale epoch by its own code; before, ILLEGAL_GENERATION for both
+        local v6 = tp:stats().transaction_version == 2
+          and rk.api_versions(version)[kafka.proto.api_key("TxnOffsetCommit")].max >= 6
+        local want = (v6 and protocol == "consumer") and E.STALE_MEMBER_EPOCH or E.ILLEGAL_GENERATION
+        assert.are.same({ protocol, nil, "abortable", want }, { protocol, ok, code, kcode })
         assert(tp:abort_transaction())
         assert.are.equal(5, assert(c:committed { { topic = topic, partition = 0 } })[1].offset)
         tp:close()
@@ -649,7 +654,8 @@ for _, version in ipairs(rk.versions()) do
       -- which requests went out (a retried one counts again: CONCURRENT_TRANSACTIONS
       -- right after a transaction ended makes the next one's first request wait)
       local function seen()
-        local p12, e5, o5 = 0, d:count("EndTxn", 5), d:count("TxnOffsetCommit", 5)
+        -- (offsets v5: v5 or v6, by topic id)
+        local p12, e5, o5 = 0, d:count("EndTxn", 5), d:count("TxnOffsetCommit", 5) + d:count("TxnOffsetCommit", 6)
         for v = 12, 20 do p12 = p12 + d:count("Produce", v) end
         return { AddPartitionsToTxn = d:count("AddPartitionsToTxn") > 0, AddOffsetsToTxn = d:count("AddOffsetsToTxn") > 0,
           produce_v12 = p12 > 0, produce_v11 = d:count("Produce") - p12 > 0, end_v5 = e5 > 0,
