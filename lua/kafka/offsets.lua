@@ -206,6 +206,7 @@ function _M:commit_body(offsets, identity)
     return { partition_index = o.partition, committed_offset = o.offset, committed_leader_epoch = -1,
              commit_timestamp = -1, committed_metadata = o.metadata or "" }
   end, ids)
+  -- (ids is no field of the request: commit_result names the answer's topics by it)
   return { group_id = self.group_id, generation_id_or_member_epoch = identity and identity.generation or -1,
     member_id = identity and identity.member_id or "", group_instance_id = identity and identity.instance_id,
     retention_time_ms = -1, topics = list, ids = ids }, ids and 10 or 9
