@@ -11,11 +11,13 @@
  * the ops are then named produce_MODE / consume_MODE. CODEC: the
  * producer's compression.codec (none, lz4, zstd, ...). At the end a line
  * "vmhwm<TAB>size<TAB>codec<TAB>kB": the process's peak resident memory.
- *   rdkafka_bench consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD]
+ *   rdkafka_bench consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD [MECHANISM]]
  * The consume matrix (bench/consume.lua): one consumer reads every partition
  * of a topic already holding N messages from the start, RUNS+1 times (run 0
  * warms up), tuned for throughput (consume_conf); with CA_PEM USER PASSWORD
- * over SASL_SSL with SCRAM-SHA-512. Prints "rate<TAB>msg/s<TAB>cpu" per
+ * over SASL_SSL with SCRAM-SHA-512 or MECHANISM (PLAIN: librdkafka before
+ * 2.6.1, Debian's 2.0.2 too, fails SCRAM against Kafka 4.x brokers,
+ * edenhill/kcat#462). Prints "rate<TAB>msg/s<TAB>cpu" per
  * measured run (cpu: the process's CPU seconds per wall second, every
  * librdkafka thread included) and "vmhwm<TAB>kB" at the end. */
 #include <librdkafka/rdkafka.h>
@@ -79,17 +81,19 @@ static rd_kafka_conf_t *consume_conf(int argc, char **argv) {
   set(conf, "queued.max.messages.kbytes", "1048576");
   set(conf, "fetch.wait.max.ms", "100");
   set(conf, "fetch.message.max.bytes", "1048576");
-  if (argc == 9) {
+  if (argc >= 9) {
     set(conf, "security.protocol", "SASL_SSL");
-    set(conf, "sasl.mechanisms", "SCRAM-SHA-512");
+    set(conf, "sasl.mechanisms", argc == 10 ? argv[9] : "SCRAM-SHA-512");
     set(conf, "ssl.ca.location", argv[6]);
     set(conf, "sasl.username", argv[7]);
     set(conf, "sasl.password", argv[8]);
   }
+  /* BENCH_RDKAFKA_DEBUG=security,broker,...: librdkafka's debug contexts on stderr */
+  if (getenv("BENCH_RDKAFKA_DEBUG") && *getenv("BENCH_RDKAFKA_DEBUG")) set(conf, "debug", getenv("BENCH_RDKAFKA_DEBUG"));
   return conf;
 }
 
-/* rdkafka_bench consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD] */
+/* rdkafka_bench consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD [MECHANISM]] */
 static int consume_only(int argc, char **argv) {
   const char *topic = argv[3];
   long n = atol(argv[4]);
@@ -99,8 +103,8 @@ static int consume_only(int argc, char **argv) {
   rd_kafka_topic_t *rkt;
   const rd_kafka_metadata_t *md;
   rd_kafka_topic_partition_list_t *parts;
-  if (argc != 6 && argc != 9) {
-    fprintf(stderr, "usage: %s consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD]\n", argv[0]);
+  if (argc != 6 && argc != 9 && argc != 10) {
+    fprintf(stderr, "usage: %s consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD [MECHANISM]]\n", argv[0]);
     return 2;
   }
   rk = rd_kafka_new(RD_KAFKA_CONSUMER, consume_conf(argc, argv), err, sizeof err);
