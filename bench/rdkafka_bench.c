@@ -13,7 +13,7 @@
  * "vmhwm<TAB>size<TAB>codec<TAB>kB": the process's peak resident memory.
  *   rdkafka_bench consume BROKERS TOPIC N RUNS [CA_PEM USER PASSWORD [MECHANISM]]
  * The consume matrix (bench/consume.lua): one consumer reads every partition
- * of a topic already holding N messages from the start, RUNS+1 times (run 0
+ * of a topic already holding N messages from offset 0, RUNS+1 times (run 0
  * warms up), tuned for throughput (consume_conf); with CA_PEM USER PASSWORD
  * over SASL_SSL with SCRAM-SHA-512 or MECHANISM (PLAIN: librdkafka before
  * 2.6.1, Debian's 2.0.2 too, fails SCRAM against Kafka 4.x brokers,
@@ -123,7 +123,8 @@ static int consume_only(int argc, char **argv) {
   rd_kafka_metadata_destroy(md);
   rd_kafka_topic_destroy(rkt);
   parts = rd_kafka_topic_partition_list_new(np);
-  for (p = 0; p < np; p++) rd_kafka_topic_partition_list_add(parts, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+  /* offset 0, as the other clients (a fresh topic: its beginning, without a ListOffsets) */
+  for (p = 0; p < np; p++) rd_kafka_topic_partition_list_add(parts, topic, p)->offset = 0;
   for (r = 0; r <= runs; r++) { /* run 0 is the warm-up; one handle, its connections made once */
     long got = 0;
     double t0 = wall(), c0 = cpu(), t1, c1;
