@@ -22,6 +22,12 @@
 //     (no commits, so moved partitions start at the beginning); prints
 //     "join_first_PROTOCOL\tSIZE\tnone\tms" and "join_4th_PROTOCOL\tSIZE\tnone\tms":
 //     from the member's subscribe to its first message
+// The consume matrix (bench/consume.lua; the topic already holds N messages):
+//   java -cp ... JavaBench consume BOOTSTRAP TOPIC N RUNS [SASL_SSL CA_PEM USER PASSWORD]
+//     one KafkaConsumer reads every partition from offset 0 RUNS+1 times (run 0
+//     warms up), tuned for throughput (consumeProps); prints "rate\tMSG_PER_S\tCPU"
+//     per measured run (CPU: the process's CPU seconds per wall second) and at
+//     the end "vmhwm\tKB" (peak resident memory)
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -51,6 +57,10 @@ public class JavaBench {
         if (a[0].equals("grouplat")) {
             groupLatency(a[1], a[2], a[3], a[4], Integer.parseInt(a[5]), Integer.parseInt(a[6]), Integer.parseInt(a[7]),
                 Integer.parseInt(a[8]));
+            return;
+        }
+        if (a[0].equals("consume")) {
+            consumeBench(a);
             return;
         }
         String bs = a[0], prefix = a[1], codec = a[5];
@@ -295,5 +305,70 @@ public class JavaBench {
                 stopAll(ms);
             }
         }
+    }
+
+    // The consume matrix's settings: throughput as the Kafka client's
+    // documentation advises (bigger fetches, fewer round trips; a poll hands
+    // over up to 10,000 records; receive.buffer.bytes -1: the OS's auto-tuned
+    // socket buffer, bigger than the 64 KiB default on loopback), the rest at
+    // its default (check.crcs true; fetch.max.bytes 50 MiB). fetch.min.bytes
+    // stays 1: the topic is full before the clock starts, so a minimum never
+    // batches more and only holds the last fetches fetch.max.wait.ms (an lz4
+    // or zstd topic of the bench's repetitive values is small on disk).
+    static Properties consumeProps(String bs, String[] a) {
+        Properties cp = new Properties();
+        cp.put("bootstrap.servers", bs);
+        if (a.length > 5) {
+            if (!a[5].equals("SASL_SSL") || a.length != 9) throw new IllegalArgumentException("expected SASL_SSL CA_PEM USER PASSWORD");
+            cp.put("security.protocol", "SASL_SSL");
+            cp.put("sasl.mechanism", "SCRAM-SHA-512");
+            cp.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + a[7] + "\" password=\"" + a[8] + "\";");
+            cp.put("ssl.truststore.type", "PEM");
+            cp.put("ssl.truststore.location", a[6]);
+        }
+        cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
+        cp.put(ConsumerConfig.FETCH_MIN_BYTES_CONFIG, "1");
+        cp.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
+        cp.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, "8388608");
+        cp.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, "52428800");
+        cp.put(ConsumerConfig.RECEIVE_BUFFER_CONFIG, "-1");
+        return cp;
+    }
+
+    // the process's peak resident memory (VmHWM, kB), as bench/e2e.lua reads it
+    static long vmhwmKb() throws java.io.IOException {
+        for (String l : java.nio.file.Files.readAllLines(java.nio.file.Paths.get("/proc/self/status")))
+            if (l.startsWith("VmHWM:")) return Long.parseLong(l.replaceAll("[^0-9]", ""));
+        return -1;
+    }
+
+    static void consumeBench(String[] a) throws Exception {
+        String bs = a[1], topic = a[2];
+        long n = Long.parseLong(a[3]);
+        int runs = Integer.parseInt(a[4]);
+        com.sun.management.OperatingSystemMXBean os =
+            (com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumeProps(bs, a))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : c.partitionsFor(topic)) tps.add(new TopicPartition(topic, pi.partition()));
+            for (int r = 0; r <= runs; r++) {
+                long got = 0, t0 = System.nanoTime(), cpu0 = os.getProcessCpuTime();
+                c.assign(tps);
+                // offset 0, as the other clients (a fresh topic: its beginning, without a ListOffsets)
+                for (TopicPartition tp : tps) c.seek(tp, 0);
+                long deadline = System.currentTimeMillis() + 120000;
+                while (got < n && System.currentTimeMillis() < deadline) got += c.poll(Duration.ofMillis(100)).count();
+                long t1 = System.nanoTime(), cpu1 = os.getProcessCpuTime();
+                if (got != n) throw new IllegalStateException("consumed " + got + " of " + n);
+                if (r > 0) System.out.printf("rate\t%.0f\t%.3f%n", n / ((t1 - t0) / 1e9), (double) (cpu1 - cpu0) / (t1 - t0));
+                System.out.flush();
+                c.assign(List.of());
+            }
+        }
+        System.out.printf("vmhwm\t%d%n", vmhwmKb());
     }
 }

@@ -16,12 +16,13 @@ local LAT_RUNS = tonumber(os.getenv("BENCH_LAT_RUNS")) or E2E_RUNS -- rebalance 
 local CMD_SECS = tonumber(os.getenv("BENCH_CMD_SECS")) or 1800     -- deadline of each peer program
 local GROUP_SECS = tonumber(os.getenv("BENCH_GROUP_SECS")) or 300  -- deadline of each group round
 -- BENCH_ONLY: a comma list of the parts to run (codec, mock, nginx, e2e,
--- idempotence, transactions, groups; "real" for the last four); the table
+-- idempotence, transactions, groups; "real" for these four; consume: the
+-- consume matrix, bench/consume.lua, its knobs BENCH_CONSUME_*); the table
 -- then goes to build/bench/results-only.md, bench/results.md is left alone
 local ONLY = os.getenv("BENCH_ONLY")
 if ONLY == "" then ONLY = nil end
 local PARTS = { codec = true, mock = true, nginx = true, e2e = true, idempotence = true, transactions = true,
-  groups = true, real = true }
+  groups = true, real = true, consume = true }
 if ONLY then
   for w in ONLY:gmatch("[^,%s]+") do assert(PARTS[w], "BENCH_ONLY: unknown part " .. w) end
 end
@@ -467,6 +468,14 @@ if REAL then
   if not ok then error(err, 0) end
 end
 
+-- the consume matrix (issue 33) on a broker of its own, after the others;
+-- a failure is written into its section and raised once the table is out
+local consume_md, consume_err
+if os.getenv("BENCH_REAL") ~= "0" and want("consume") then
+  local ok, md = pcall(dofile(ROOT .. "/bench/consume.lua"), { root = ROOT, env54 = env54, envjit = envjit })
+  if ok then consume_md = md else consume_err, consume_md = md, "## Consume matrix (issue 33)\n\nfailed: " .. tostring(md) end
+end
+
 local function M(x) return x and ("%.2f M"):format(x / 1e6) or "-" end
 local function K(x) return x and ("%.1f k"):format(x / 1e3) or "-" end
 local function ratio(a, b) return (a and b) and ("%.2fx"):format(a / b) or "-" end
@@ -750,8 +759,10 @@ if REAL then
   t[#t + 1] = "|---|---|---|---|"
   for _, r in ipairs(group_rows) do t[#t + 1] = r end
 end
+if consume_md then t[#t + 1] = "\n" .. consume_md end
 local text = table.concat(t, "\n") .. "\n"
 io.write(text)
 local f = assert(io.open(ROOT .. (ONLY and "/build/bench/results-only.md" or "/bench/results.md"), "w"))
 f:write(text)
 f:close()
+if consume_err then error(consume_err, 0) end
