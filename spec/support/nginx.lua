@@ -9,6 +9,7 @@
 --   n:get("/stats")            -- the body (errors on a non-200)
 --   n:ab(1000, 4, "/chaos?topic=t")  -- ab, blocking: {complete=, failed=, non2xx=}
 --   n:errlog()                 -- the error log's text
+--   n:quit()                   -- nginx -s quit, waited for (the directory stays)
 --   n:stop()
 local H = require "support.helpers"
 local socket = require "socket"
@@ -40,21 +41,31 @@ function _M.available()
   return f ~= nil and sh("command -v nginx >/dev/null 2>&1") and sh("command -v ab >/dev/null 2>&1")
 end
 
--- start(env) -> a running nginx (two workers) with env's variables set
--- (KAFKA_BROKERS, KAFKA_TOPIC, KAFKA_CONSUME_TOPIC)
-function _M.start(env)
+-- start(env [, opts]) -> a running nginx (two workers) with env's variables set
+-- (KAFKA_BROKERS, KAFKA_TOPIC, KAFKA_CONSUME_TOPIC); opts.conf: a config of
+-- the spec's own instead of the example (a path; @ROOT@, @PORT@ and @USER@
+-- filled in, e.g. spec/nginx/share.conf.in)
+function _M.start(env, opts)
   local s = socket.bind("127.0.0.1", 0)
   local _, p = s:getsockname()
   s:close()
   local self = setmetatable({ port = tonumber(p), prefix = os.tmpname() }, mt)
   os.remove(self.prefix)
   assert(sh(("mkdir -p %s/logs"):format(self.prefix)))
-  local conf = read(root .. "/examples/openresty/nginx.conf")
-  assert(conf:find("listen 127.0.0.1:8080;", 1, true))
-  conf = conf:gsub("%$prefix/%.%./%.%.", root):gsub('"%$prefix/%?%.lua', '"' .. root .. "/examples/openresty/?.lua")
-  conf = conf:gsub("listen 127%.0%.0%.1:8080;", ("listen 127.0.0.1:%d;\n    include %s/spec/nginx/locations.conf;")
-    :format(self.port, root))
-  if H.is_root() then conf = "user root;\n" .. conf end
+  local conf
+  if opts and opts.conf then
+    conf = read(opts.conf)
+    assert(conf:find("@PORT@", 1, true), opts.conf)
+    conf = conf:gsub("@ROOT@", root):gsub("@PORT@", tostring(self.port))
+      :gsub("@USER@", H.is_root() and "user root;" or "")
+  else
+    conf = read(root .. "/examples/openresty/nginx.conf")
+    assert(conf:find("listen 127.0.0.1:8080;", 1, true))
+    conf = conf:gsub("%$prefix/%.%./%.%.", root):gsub('"%$prefix/%?%.lua', '"' .. root .. "/examples/openresty/?.lua")
+    conf = conf:gsub("listen 127%.0%.0%.1:8080;", ("listen 127.0.0.1:%d;\n    include %s/spec/nginx/locations.conf;")
+      :format(self.port, root))
+    if H.is_root() then conf = "user root;\n" .. conf end
+  end
   local f = assert(io.open(self.prefix .. "/nginx.conf", "w"))
   f:write(conf)
   f:close()
@@ -99,6 +110,17 @@ function _M:ab(n, c, path)
   return { complete = tonumber(out:match("Complete requests:%s+(%d+)")) or 0,
     failed = tonumber(out:match("Failed requests:%s+(%d+)")) or -1,
     non2xx = tonumber(out:match("Non%-2xx responses:%s+(%d+)") or "0"), out = out }
+end
+
+-- quit([seconds]) -> true once nginx exited after `nginx -s quit` (graceful:
+-- each worker ends its timers first), false at the deadline (default 20 s);
+-- its directory (errlog()) stays until stop()
+function _M:quit(seconds)
+  if self.stopped then return true end
+  sh(self.cmd .. " -s quit 2>/dev/null")
+  local deadline = socket.gettime() + (seconds or 20)
+  while socket.gettime() < deadline and read(self.prefix .. "/logs/nginx.pid") ~= "" do socket.sleep(0.05) end
+  return read(self.prefix .. "/logs/nginx.pid") == ""
 end
 
 -- stop(): nginx stopped (quit: the workers send what is buffered first),
