@@ -37,23 +37,30 @@ describe("share consumers as queue workers in nginx (two workers, cosockets, Kaf
 
   local k, bs, n, client, topic, group
   local N = 60
-  local kinds = {}   -- offset -> "job" | "poison" | "release" | "hold"
+  local kinds        -- offset -> "job" | "poison" | "release" | "hold"
+
+  -- a fresh topic and share group, and nginx running its two queue workers
+  -- on them (mode "loop": one long-lived timer each; "every": ngx.timer.every)
+  local function start(mode)
+    topic = ("queue-%s-%d-%d"):format(mode, os.time(), math.random(1e6))
+    group = "nginx-" .. topic
+    kinds = {}
+    -- the topic and the group's configs by Java's AdminClient: records from
+    -- the earliest offset, each acquisition locked for 30 s
+    rk.java({ "create", topic, 1, 1, "+", "alter-config", "group", group, "set", "share.auto.offset.reset",
+      "earliest", "+", "alter-config", "group", group, "set", "share.record.lock.duration.ms", "30000" },
+      { bootstrap = bs, version = V })
+    n = ngx_h.start({ KAFKA_BROKERS = bs, KAFKA_SHARE_TOPIC = topic, KAFKA_SHARE_GROUP = group,
+      KAFKA_SHARE_TIMER = mode }, { conf = root .. "/spec/nginx/share.conf.in" })
+  end
 
   setup(function()
     -- the broker share_consumer_spec starts (same name and settings: one broker for both)
     k = rk.cluster(V, 1, V .. "-share", { ["group.share.heartbeat.interval.ms"] = "1000",
       ["group.share.min.heartbeat.interval.ms"] = "1000", ["group.share.min.record.lock.duration.ms"] = "1000" })
     bs = k.bootstrap.PLAINTEXT
-    topic = ("queue-%d-%d"):format(os.time(), math.random(1e6))
-    group = "nginx-" .. topic
-    -- the topic and the group's configs by Java's AdminClient: records from
-    -- the earliest offset, each acquisition locked for 30 s
-    rk.java({ "create", topic, 1, 1, "+", "alter-config", "group", group, "set", "share.auto.offset.reset",
-      "earliest", "+", "alter-config", "group", group, "set", "share.record.lock.duration.ms", "30000" },
-      { bootstrap = bs, version = V })
     client = kafka.client.new { brokers = bs, client_id = "spec-queue" }
-    n = ngx_h.start({ KAFKA_BROKERS = bs, KAFKA_SHARE_TOPIC = topic, KAFKA_SHARE_GROUP = group },
-      { conf = root .. "/spec/nginx/share.conf.in" })
+    start("loop")
   end)
   teardown(function()
     if n then n:stop() end
@@ -63,7 +70,7 @@ describe("share consumers as queue workers in nginx (two workers, cosockets, Kaf
   -- The workers' log: recs (offset -> {"dc wid action"...}), acks (wid ->
   -- {ok offsets, errors}), by (wid -> deliveries), states (wid -> state).
   local function queue()
-    local q = { recs = {}, acks = { [0] = { 0, 0 }, [1] = { 0, 0 } }, by = { [0] = 0, [1] = 0 }, states = {}, n = 0 }
+    local q = { recs = {}, acks = { [0] = { 0, 0 }, [1] = { 0, 0 } }, by = { [0] = 0, [1] = 0 }, states = {}, ticks = {}, n = 0 }
     for line in n:get("/queue"):gmatch("[^\n]+") do
       local o, dc, w, a = line:match("^rec (%d+) (%d+) (%d) (%a+)$")
       if o then
@@ -80,6 +87,8 @@ describe("share consumers as queue workers in nginx (two workers, cosockets, Kaf
       end
       local sw, st = line:match("^state (%d) (%S+)$")
       if sw then q.states[tonumber(sw)] = st end
+      local tw, ticks, same = line:match("^ticks (%d) (%d+) (%d+)$")
+      if tw then q.ticks[tonumber(tw)] = { tonumber(ticks), tonumber(same) } end
     end
     return q
   end
@@ -121,8 +130,9 @@ describe("share consumers as queue workers in nginx (two workers, cosockets, Kaf
     p:close()
   end
 
-  it("every job accepted exactly once across the two workers, poison rejected, released ones again "
-    .. "with delivery_count 2", function()
+  -- N jobs (every 10th poison, every 10th released once) through the two
+  -- workers: each accepted exactly once, the log clean
+  local function jobs(mode)
     -- both workers in the group, each assigned the partition, before any job
     local stop = socket.gettime() + 30
     while assigned_members() < 2 and socket.gettime() < stop do socket.sleep(0.2) end
@@ -150,9 +160,29 @@ describe("share consumers as queue workers in nginx (two workers, cosockets, Kaf
     assert.are.equal(want_acked, q.acks[0][1] + q.acks[1][1])
     -- each worker's acknowledgements answered for exactly what it handled
     assert.are.same({ q.by[0], q.by[1] }, { q.acks[0][1], q.acks[1][1] })
-    assert.is_true(q.by[0] > 0 and q.by[1] > 0, ("both workers took part: %d and %d"):format(q.by[0], q.by[1]))
+    -- (which member a fetch's records go to is the broker's choice; with one
+    -- long-lived fetch loop each, both get some: a worker busy with its 5
+    -- records leaves the next batch to the other's waiting fetch)
+    if mode == "loop" then
+      assert.is_true(q.by[0] > 0 and q.by[1] > 0, ("both workers took part: %d and %d"):format(q.by[0], q.by[1]))
+    end
     assert.are.same({ [0] = "stable", [1] = "stable" }, q.states)
-    print(("    %d jobs in %.1f s: worker 0 %d deliveries, worker 1 %d"):format(N, took, q.by[0], q.by[1]))
+    if mode == "every" then
+      -- kafka.socket tells each tick from the last (nginx gives a worker's
+      -- ticks the same request address, tick after tick)
+      for w = 0, 1 do
+        assert.is_true(q.ticks[w][1] > 1, "ticks")
+        assert.are.equal(0, q.ticks[w][2], ("worker %d: ticks taken for the last one's context"):format(w))
+      end
+    end
+    -- (a Lua error in a worker's loop or tick is logged: none)
+    assert.is_nil(n:errlog():find("%[error%]"), n:errlog())
+    print(("    %s: %d jobs in %.1f s, worker 0 %d deliveries, worker 1 %d"):format(mode, N, took, q.by[0], q.by[1]))
+  end
+
+  it("every job accepted exactly once across the two workers, poison rejected, released ones again "
+    .. "with delivery_count 2", function()
+    jobs("loop")
   end)
 
   it("nginx -s quit: each worker's close() releases what it holds; a member here gets it at once "
@@ -237,5 +267,17 @@ describe("share consumers as queue workers in nginx (two workers, cosockets, Kaf
     end)
     c:close()
     assert(ok, err)
+  end)
+
+  it("the same with ngx.timer.every (a tick a poll, the acknowledgements committed in the tick), each "
+    .. "worker's consumer kept across the ticks; quit closes them", function()
+    assert.is_true(n:quit(20), "nginx did not exit")
+    n:stop()
+    start("every")
+    jobs("every")
+    assert.is_true(n:quit(20), "nginx did not exit")
+    local log = n:errlog()
+    for w = 0, 1 do assert.are.equal("[] left", log:match("queue worker " .. w .. " closed: (%b[] %a+)"), log) end
+    assert.is_nil(log:find("%[error%]"), log)
   end)
 end)

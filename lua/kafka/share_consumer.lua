@@ -22,6 +22,7 @@ local client_mod = require "kafka.client"
 local check = require "kafka.check"
 local membership = require "kafka.share.membership"
 local session_mod = require "kafka.share.session"
+local ksocket = require "kafka.socket"
 
 local API = proto.api
 local errors = proto.errors
@@ -467,6 +468,26 @@ local function accept_last(self)
   self.last = nil
 end
 
+-- Inside nginx a cosocket belongs to the request or timer that opened it
+-- and is closed when that one ends (ngx.timer.every: each tick is a timer
+-- of its own); the broker then ends the share sessions on those connections
+-- and releases what they acquired. Used from another request or timer, the
+-- consumer forgets what was in flight there and opens its sessions and
+-- sends its heartbeat anew (acknowledgements of records from the old
+-- sessions are refused: acknowledge, then commit_sync, in one timer).
+local function adopt(self)
+  local ctx = ksocket.context()
+  if ctx == self.ctx then return end
+  self.ctx = ctx
+  for _, s in pairs(self.sessions) do
+    if s.req then requeue(s.req.map, s.req.acks) end
+    s.req = nil
+    s:reset()
+  end
+  for _, c in pairs(self.pool) do c:close("its nginx request or timer ended") end
+  self.member:reset_conn()
+end
+
 --- Fetches records. In implicit mode the records of the previous poll are
 -- accepted first (sent with this poll's ShareFetch).
 -- @tparam[opt=0] integer timeout_ms how long to wait for records
@@ -480,6 +501,7 @@ function _M:poll(timeout_ms)
   if type(timeout_ms) ~= "number" or timeout_ms < 0 then check.fail("poll", "timeout_ms", "a number >= 0", timeout_ms) end
   local client = self.client
   local deadline = client.now() + timeout_ms
+  adopt(self)
   accept_last(self)
   local out = self.buffered
   self.buffered = {}
@@ -587,6 +609,7 @@ end
 -- error_code 0 when accepted; an acknowledgement in flight when the time ran out: error "timeout")
 function _M:commit_sync(timeout_ms)
   if self.closed then error("commit_sync: the share consumer is closed", 2) end
+  adopt(self)
   local deadline = self.client.now() + (timeout_ms or self.client.default_api_timeout_ms)
   accept_last(self)
   local results = {}
@@ -613,6 +636,7 @@ end
 -- @treturn boolean true
 function _M:commit_async()
   if self.closed then error("commit_async: the share consumer is closed", 2) end
+  adopt(self)
   accept_last(self)
   for node_id, s in pairs(self.sessions) do
     local has = false
@@ -634,6 +658,7 @@ end
 -- @treturn table the acknowledgements' outcome, as commit_sync
 function _M:close(timeout_ms)
   if self.closed then return {} end
+  adopt(self)
   local deadline = self.client.now() + (timeout_ms or self.client.default_api_timeout_ms)
   accept_last(self)
   local results = {}

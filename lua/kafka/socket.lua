@@ -474,8 +474,12 @@ end
 local get_request -- resty.core's, loaded on first use (false: not there)
 
 --- Inside nginx, the request (or timer) running now: a cosocket belongs to
--- the one that created it.
--- @return the context, nil outside nginx
+-- the one that created it. Its ngx.ctx table stands for it, not the request
+-- pointer: nginx frees a finished timer's request and the next timer's often
+-- gets the same address (ngx.timer.every, tick after tick), and a cosocket
+-- of the dead one then raises "bad request"; a table held as a connection's
+-- owner is never reused.
+-- @return the context, nil outside nginx (and in init_worker)
 function _M.context()
   if get_request == nil then
     get_request = false
@@ -484,7 +488,7 @@ function _M.context()
       if ok and type(base) == "table" and base.get_request then get_request = base.get_request end
     end
   end
-  return get_request and get_request() or nil
+  return get_request and get_request() and ngx.ctx or nil
 end
 
 --- The clock: injected (opts.now, opts.sleep), else nginx's or luasocket's.

@@ -116,11 +116,12 @@ end
 -- each worker ends its timers first), false at the deadline (default 20 s);
 -- its directory (errlog()) stays until stop()
 function _M:quit(seconds)
-  if self.stopped then return true end
+  if self.stopped or self.exited then return true end
   sh(self.cmd .. " -s quit 2>/dev/null")
   local deadline = socket.gettime() + (seconds or 20)
   while socket.gettime() < deadline and read(self.prefix .. "/logs/nginx.pid") ~= "" do socket.sleep(0.05) end
-  return read(self.prefix .. "/logs/nginx.pid") == ""
+  self.exited = read(self.prefix .. "/logs/nginx.pid") == ""
+  return self.exited
 end
 
 -- stop(): nginx stopped (quit: the workers send what is buffered first),
@@ -128,7 +129,7 @@ end
 function _M:stop()
   if not self.cmd or self.stopped then return end
   self.stopped = true
-  sh(self.cmd .. " -s quit 2>/dev/null")
+  if not self.exited then sh(self.cmd .. " -s quit 2>/dev/null") end
   local deadline = socket.gettime() + 20
   while socket.gettime() < deadline and read(self.prefix .. "/logs/nginx.pid") ~= "" do socket.sleep(0.05) end
   if read(self.prefix .. "/logs/nginx.pid") ~= "" then

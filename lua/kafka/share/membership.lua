@@ -112,6 +112,15 @@ local function resolve(self, deadline)
   self.assignment, self.unresolved = list, unresolved
 end
 
+-- reset_conn(): the heartbeat in flight is forgotten and its connection
+-- closed (in nginx: opened by a request or timer that ended), the next
+-- heartbeat sent at the next step
+function _M:reset_conn()
+  if self.req then self.hb_next = 0 end
+  if self.conn then self.conn:close("its nginx request or timer ended") end
+  drop_conn(self)
+end
+
 -- rejoin(): epoch 0, same member id, nothing assigned until the answer
 function _M:rejoin()
   self.fenced = self.fenced + 1
