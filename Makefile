@@ -170,16 +170,18 @@ admin: all
 # $(LUA) against each of MATRIX_KAFKA in turn, each the main version of its own
 # run (so the security, Java and producer-expiry cases run on it too), its
 # brokers stopped before the next; what a version does not serve is pending,
-# with the reason read from its ApiVersions. Every version runs even if one
-# fails; the failing ones come last. .ci/run runs it after make admin. (4.4.0,
+# with the reason read from its ApiVersions. The share groups' spec runs on
+# each version whose broker serves them (a broker of its own, with the share
+# groups' settings: KAFKA_SHARE_VERSION), pending on the others. Every version
+# runs even if one fails; the failing ones come last. .ci/run runs it after make admin. (4.4.0,
 # 4.1.2 and 3.9.1 are make test's, at the full tier: not again here.)
 MATRIX_KAFKA ?= 4.3.2 4.2.2 4.0.2 2.8.2
 MATRIX_SPECS ?= spec/real_kafka_spec.lua spec/group_spec.lua spec/eos_spec.lua spec/idempotence_spec.lua \
-  spec/security_spec.lua spec/interop_java_spec.lua spec/topic_id_spec.lua
+  spec/security_spec.lua spec/interop_java_spec.lua spec/topic_id_spec.lua spec/share_consumer_spec.lua
 matrix: all $(MOCKBROKER)
 	@failed=""; all=$$(date +%s); for v in $(MATRIX_KAFKA); do \
 	  echo "== the lite tier against Kafka $$v"; start=$$(date +%s); \
-	  KAFKA_VERSIONS=$$v SPEC_TIER=lite $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) $(MATRIX_SPECS) || failed="$$failed $$v"; \
+	  KAFKA_VERSIONS=$$v KAFKA_SHARE_VERSION=$$v SPEC_TIER=lite $(TEST_ENV) $(WITH_BROKERS) $(LUA) $(BUSTED) $(MATRIX_SPECS) || failed="$$failed $$v"; \
 	  echo "== Kafka $$v: $$(( $$(date +%s) - start )) s"; \
 	done; \
 	echo "== make matrix: $$(( $$(date +%s) - all )) s"; \

@@ -3,7 +3,9 @@
 -- lua-kafka share consumers and by Kafka's Java KafkaShareConsumer
 -- (Peer.java's share mode, kafka-clients 4.4.0) in one group. Checked
 -- exactly: which offsets each member got, with which delivery count, how
--- each acknowledgement was answered. The first Lua of make test runs it.
+-- each acknowledgement was answered. The first Lua of make test runs it;
+-- make matrix on each of its versions (KAFKA_SHARE_VERSION: the version of
+-- the run; pending where its broker does not serve share groups).
 local share = require "kafka.share_consumer"
 local H = require "support.helpers"
 local rk = require "support.realkafka"
@@ -69,9 +71,19 @@ end)
 if not rk.main() then return end
 
 describe("share consumer (KIP-932, Kafka " .. V .. ")", function()
-  if H.lite() then
+  -- make matrix sets KAFKA_SHARE_VERSION to the version of its run (lite tier)
+  if H.lite() and not os.getenv("KAFKA_SHARE_VERSION") then
     pending("the first Lua of make test runs it (a broker of its own)")
     return
+  end
+  -- make matrix: the run's own broker says whether its version serves share
+  -- groups (no share broker started for one that does not)
+  if os.getenv("KAFKA_SHARE_VERSION") and V == rk.main() then
+    local ok, why = rk.share_groups(V)
+    if not ok then
+      pending(why)
+      return
+    end
   end
 
   local k, bs

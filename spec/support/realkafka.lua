@@ -109,6 +109,20 @@ function _M.consumer_protocol(version)
   return true
 end
 
+-- share_groups(version) -> true where a broker of that version serves share
+-- groups (KIP-932): it advertises ShareGroupHeartbeat and the cluster
+-- finalized share.version 1 (4.2+; 4.1 has them as a preview to enable, 4.0
+-- as early access); else false and the reason, for pending()
+function _M.share_groups(version)
+  local ok, why = _M.serves(version, "ShareGroupHeartbeat")
+  if not ok then return false, why end
+  local _, ff = _M.api_versions(version)
+  if (ff["share.version"] or 0) < 1 then
+    return false, ("Kafka %s does not finalize share.version 1 (its ApiVersions)"):format(version)
+  end
+  return true
+end
+
 -- broker_config(version, name) -> the value broker 1 of a 1-node cluster of that
 -- version gives config `name` (DescribeConfigs), nil when it does not know it
 function _M.broker_config(version, name)
