@@ -486,6 +486,15 @@ local function adopt(self)
   end
   for _, c in pairs(self.pool) do c:close("its nginx request or timer ended") end
   self.member:reset_conn()
+  -- the client's own: one with a request or its version negotiation in
+  -- flight there would refuse this timer every call ("in use by another nginx
+  -- request or timer"), as a client shared by two live timers must
+  local client = self.client
+  for _, set in ipairs { client.conns, client.boot_conns } do
+    for _, c in pairs(set) do
+      if c.owner and c.owner ~= ctx then c:close("its nginx request or timer ended") end
+    end
+  end
 end
 
 --- Fetches records. In implicit mode the records of the previous poll are
