@@ -80,7 +80,7 @@ local function body(self, epoch)
   local b = { group_id = self.group_id, member_id = self.member_id, member_epoch = epoch }
   if epoch ~= LEAVE then
     local key = self.topics and table.concat(self.topics, ",")
-    if self.epoch == 0 or self.sent_topics ~= key then
+    if epoch == 0 or self.sent_topics ~= key then
       b.subscribed_topic_names = self.topics
       self.pending_topics = key
     end
@@ -116,7 +116,14 @@ end
 -- closed (in nginx: opened by a request or timer that ended), the next
 -- heartbeat sent at the next step
 function _M:reset_conn()
-  if self.req then self.hb_next = 0 end
+  if self.req then
+    -- its answer is lost, and with it maybe a new epoch and the assignment
+    -- (the coordinator sends an assignment once): the next heartbeat joins
+    -- again (epoch 0, same member id), answered with the whole assignment
+    self.resync = true
+    self.sent_topics = nil
+    self.hb_next = 0
+  end
   if self.conn then self.conn:close("its nginx request or timer ended") end
   drop_conn(self)
 end
@@ -137,6 +144,7 @@ local function on_answer(self, resp, deadline)
   local ec = resp.error_code
   if ec == errors.NONE then
     self.attempts = 0
+    self.resync = nil
     self.epoch = resp.member_epoch
     self.sent_topics = self.pending_topics or self.sent_topics
     if resp.heartbeat_interval_ms and resp.heartbeat_interval_ms > 0 then self.hb_interval = resp.heartbeat_interval_ms end
@@ -203,7 +211,7 @@ function _M:step(deadline)
   end
   local now = client.now()
   if not self.req and now >= self.hb_next and now >= self.retry_at and self.state ~= "failed" then
-    local ok = send(self, deadline, self.epoch)
+    local ok = send(self, deadline, self.resync and 0 or self.epoch)
     if not ok then
       drop_conn(self)
       backoff(self)
