@@ -356,7 +356,7 @@ for _, v in ipairs(H.lite() and { rk.main() } or rk.versions()) do
       assert.are.same(want, lines)
       -- transactions v2 (transaction.version 2) send v5+, by id from v6
       local txn_v = tp.txn.version
-      local expect = txn_v == 2 and upto(v, "TxnOffsetCommit", 6) or 4
+      local expect = upto(v, "TxnOffsetCommit", txn_v == 2 and 6 or 4)
       assert.are.same({ [expect] = 1 }, sent(d, "TxnOffsetCommit"))
       tp:close()
       client:close()
