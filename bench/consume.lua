@@ -14,7 +14,8 @@
 -- and the matrix goes on. Knobs: BENCH_CONSUME_N (messages of 100 B; 1 KiB
 -- cases take a tenth), BENCH_CONSUME_RUNS, BENCH_CONSUME_PARTITIONS,
 -- BENCH_CONSUME_SIZES, BENCH_CONSUME_CODECS, BENCH_CONSUME_PROTOCOLS,
--- BENCH_CONSUME_SECS (deadline of each peer process).
+-- BENCH_CONSUME_SECS (deadline of each peer process), BENCH_CONSUME_CLIENTS,
+-- BENCH_CONSUME_PROFILE (below).
 local socket = require "socket"
 
 local function list(name, default)
@@ -32,6 +33,15 @@ return function(ctx)
   local SIZES = list("BENCH_CONSUME_SIZES", "100,1024")
   local CODECS = list("BENCH_CONSUME_CODECS", "none,lz4,zstd")
   local PROTOCOLS = list("BENCH_CONSUME_PROTOCOLS", "PLAINTEXT,SASL_SSL")
+  -- BENCH_CONSUME_CLIENTS: some of lua54_poll, lua54_batch, jit_poll, jit_batch, java, rdkafka (all)
+  local WANT_CLIENT = {}
+  if os.getenv("BENCH_CONSUME_CLIENTS") then
+    for _, c in ipairs { "lua54_poll", "lua54_batch", "jit_poll", "jit_batch", "java", "rdkafka" } do WANT_CLIENT[c] = false end
+    for _, c in ipairs(list("BENCH_CONSUME_CLIENTS", "")) do WANT_CLIENT[c] = true end
+  end
+  -- BENCH_CONSUME_PROFILE=DIR: each client's runs under `perf record -a -g` (the
+  -- whole machine: the broker's threads beside the client), DIR/<case>-<client>-<time>.data
+  local PROFILE = os.getenv("BENCH_CONSUME_PROFILE")
   local started = socket.gettime()
   local function log(msg)
     io.stderr:write(("%s (+%4.0f s) consume: %s\n"):format(os.date("!%H:%M:%S"), socket.gettime() - started, msg))
@@ -129,12 +139,17 @@ return function(ctx)
           case.fill = socket.gettime() - t0
           -- each client over every protocol in a row (its SASL_SSL right after its PLAINTEXT)
           for _, cl in ipairs(clients) do
-            for _, proto in ipairs(PROTOCOLS) do
+            for _, proto in ipairs(WANT_CLIENT[cl[1]] ~= false and PROTOCOLS or {}) do
               local key = ("%s %s %s %s %s"):format(np, size, codec, proto, cl[1])
               local b, sec = k.bootstrap[proto], proto == "SASL_SSL" and sec_args or ""
               assert(b, "the broker has no listener " .. proto)
               local c0 = socket.gettime()
-              local out, why = run(cl[2](b, topic, n, sec))
+              local cmd = cl[2](b, topic, n, sec)
+              if PROFILE then -- the whole machine while this client runs: the broker's share beside the client's
+                cmd = ("perf record -q -a -g -o %s/%s-%s-%s-%s-%s-%s.data -- env %s"):format(PROFILE, np, size, codec, proto,
+                  cl[1], os.time(), cmd)
+              end
+              local out, why = run(cmd)
               results[key] = out and parse(out) or { err = why }
               local r = results[key]
               if proto == "SASL_SSL" and cl.sasl then r.note = "SASL " .. cl.sasl end

@@ -319,6 +319,28 @@ describe("records", function()
     end
   end)
 
+  -- the decompression contexts are kept between calls (csrc/compress.c):
+  -- a frame cut in the middle, or refused for its window, leaves nothing
+  -- in them for the next one
+  it("decodes a whole lz4 or zstd frame right after a cut or refused one", function()
+    for _, codec in ipairs { "lz4", "zstd" } do
+      local parts = {}
+      for i = 1, 20000 do parts[i] = tostring(i * 7919 % 100003) end
+      local payload = table.concat(parts, ",")
+      local whole = proto.compress(codec, payload)
+      assert.is_true(#whole > 1000, codec .. ": the frame is " .. #whole .. " bytes")
+      for _, cut in ipairs { 30, math.floor(#whole / 2), #whole - 5 } do
+        local ok, err, code = proto.decompress(codec, whole:sub(1, cut))
+        assert.are.same({ false, "corrupt" }, { ok ~= nil, code }, codec .. " cut at " .. cut .. ": " .. tostring(err))
+        assert.is_true(proto.decompress(codec, whole) == payload, codec .. ": the whole frame after a cut one")
+      end
+      -- over the output limit: refused, then the same frame again with room
+      local ok, _, code = proto.decompress(codec, whole, 1000)
+      assert.are.same({ false, "limit" }, { ok ~= nil, code })
+      assert.is_true(proto.decompress(codec, whole) == payload, codec .. ": the whole frame after a refused one")
+    end
+  end)
+
   it("reads lz4 with the header checksum old Kafka wrote (KAFKA-3160)", function()
     local payload = ("lz4 legacy "):rep(20)
     local legacy = proto.compress("lz4", payload, true)
