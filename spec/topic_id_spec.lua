@@ -133,6 +133,17 @@ end)
 
 if not rk.main() then return end
 
+-- deletes topic (1 partition) and creates it again once the broker has let
+-- the name go (admin: a kafka.admin; client: the kafka.client to create with)
+local function recreate(admin, client, topic)
+  assert.are.equal(0, assert(admin:delete_topics({ topic }))[1].error_code)
+  local deadline = socket.gettime() + 30
+  while not pcall(rt.create_topic, client, topic, 1, 1) do
+    assert.is_true(socket.gettime() < deadline, "the topic could not be created again in 30 s")
+    socket.sleep(0.2)
+  end
+end
+
 -- each version of the run (the lite tiers: the main one), where the broker
 -- fetches by topic id (Fetch v13, Kafka 3.1+)
 for _, v in ipairs(H.lite() and { rk.main() } or rk.versions()) do
@@ -160,16 +171,7 @@ for _, v in ipairs(H.lite() and { rk.main() } or rk.versions()) do
       assert(c:assign { { topic = topic, partition = 0, offset = "earliest" } })
       assert.are.same(values("old", 1, 5), (poll_n(c, 5)))
       local old = client.topics[topic].topic_id
-      -- delete; create again once the broker has let the name go
-      local res = assert(admin:delete_topics({ topic }))
-      assert.are.equal(0, res[1].error_code)
-      local deadline = socket.gettime() + 30
-      while true do
-        local ok = pcall(rt.create_topic, client, topic, 1, 1)
-        if ok then break end
-        assert.is_true(socket.gettime() < deadline, "the topic could not be created again in 30 s")
-        socket.sleep(0.2)
-      end
+      recreate(admin, client, topic)
       local p2 = kafka.producer.new(kafka.client.new { brokers = k.bootstrap.PLAINTEXT }, { linger_ms = 0 })
       for i = 1, 8 do assert(p2:send(topic, "new" .. i)) end
       assert.are.equal(0, select(2, p2:flush()))
@@ -279,12 +281,7 @@ for _, v in ipairs(H.lite() and { rk.main() } or rk.versions()) do
       local c = kafka.consumer.new(client, { group_id = group })
       assert(c:commit { { topic = topic, partition = 0, offset = 1 } })
       local old = client.topics[topic].topic_id
-      assert.are.equal(0, assert(admin:delete_topics({ topic }))[1].error_code)
-      local deadline = socket.gettime() + 30
-      while not pcall(rt.create_topic, admin.client, topic, 1, 1) do
-        assert.is_true(socket.gettime() < deadline, "the topic could not be created again in 30 s")
-        socket.sleep(0.2)
-      end
+      recreate(admin, admin.client, topic)
       -- the client still has the old id: the broker does not know it any more
       assert.are.equal(old, client.topics[topic].topic_id)
       assert(c:commit { { topic = topic, partition = 0, offset = 4 } })
@@ -313,12 +310,7 @@ for _, v in ipairs(H.lite() and { rk.main() } or rk.versions()) do
       send("old1")
       send("old2")
       local old = client.topics[topic].topic_id
-      assert.are.equal(0, assert(admin:delete_topics({ topic }))[1].error_code)
-      local deadline = socket.gettime() + 30
-      while not pcall(rt.create_topic, admin.client, topic, 1, 1) do
-        assert.is_true(socket.gettime() < deadline, "the topic could not be created again in 30 s")
-        socket.sleep(0.2)
-      end
+      recreate(admin, admin.client, topic)
       assert.are.equal(old, client.topics[topic].topic_id) -- (the producer's metadata is the old topic's)
       send("new1")
       assert.are.same({ 0, 1, 0 }, offsets)
